@@ -1,0 +1,1 @@
+//! Warden Jepsen-style fault-injection suite. (Lands with issue 7.)

@@ -1,0 +1,170 @@
+//! Length-prefixed prost frames.
+//!
+//! A frame is a `u32` big-endian length followed by that many bytes holding
+//! one protobuf message. The decoder checks the length against its bound
+//! *before* reserving memory for the body, so a hostile peer cannot make us
+//! allocate 4 GiB by sending four bytes.
+
+use std::marker::PhantomData;
+
+use bytes::{Buf, BufMut, BytesMut};
+use tokio_util::codec::{Decoder, Encoder};
+
+use crate::FRAME_BYTES_MAX;
+
+const LEN_BYTES: usize = 4;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
+    TooLarge { len: usize, max: usize },
+    #[error("malformed frame: {0}")]
+    Decode(#[from] prost::DecodeError),
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Encodes `Out` messages and decodes `In` messages.
+#[derive(Debug)]
+pub struct FrameCodec<In, Out> {
+    frame_bytes_max: usize,
+    _marker: PhantomData<fn(Out) -> In>,
+}
+
+impl<In, Out> FrameCodec<In, Out> {
+    pub fn new() -> Self {
+        Self::with_limit(FRAME_BYTES_MAX)
+    }
+
+    pub fn with_limit(frame_bytes_max: usize) -> Self {
+        Self {
+            frame_bytes_max,
+            _marker: PhantomData,
+        }
+    }
+}
+
+impl<In, Out> Default for FrameCodec<In, Out> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<In: prost::Message + Default, Out> Decoder for FrameCodec<In, Out> {
+    type Item = In;
+    type Error = FrameError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<In>, FrameError> {
+        if src.len() < LEN_BYTES {
+            return Ok(None);
+        }
+        let len = u32::from_be_bytes([src[0], src[1], src[2], src[3]]) as usize;
+        if len > self.frame_bytes_max {
+            return Err(FrameError::TooLarge {
+                len,
+                max: self.frame_bytes_max,
+            });
+        }
+        if src.len() < LEN_BYTES + len {
+            src.reserve(LEN_BYTES + len - src.len());
+            return Ok(None);
+        }
+        src.advance(LEN_BYTES);
+        let body = src.split_to(len);
+        Ok(Some(In::decode(body.freeze())?))
+    }
+}
+
+impl<In, Out: prost::Message> Encoder<Out> for FrameCodec<In, Out> {
+    type Error = FrameError;
+
+    fn encode(&mut self, item: Out, dst: &mut BytesMut) -> Result<(), FrameError> {
+        let len = item.encoded_len();
+        if len > self.frame_bytes_max {
+            return Err(FrameError::TooLarge {
+                len,
+                max: self.frame_bytes_max,
+            });
+        }
+        dst.reserve(LEN_BYTES + len);
+        dst.put_u32(len as u32);
+        item.encode(dst)
+            .expect("buffer reserved for the encoded length");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb;
+    use proptest::prelude::*;
+
+    type ServerSide = FrameCodec<pb::ClientFrame, pb::ServerFrame>;
+    type ClientSide = FrameCodec<pb::ServerFrame, pb::ClientFrame>;
+
+    fn get_frame(xid: u64, path: String) -> pb::ClientFrame {
+        pb::ClientFrame {
+            kind: Some(pb::client_frame::Kind::Request(pb::Request {
+                xid,
+                op: Some(pb::request::Op::GetData(pb::GetDataRequest {
+                    path,
+                    watch: true,
+                    linearizable: false,
+                })),
+            })),
+        }
+    }
+
+    #[test]
+    fn oversized_length_is_rejected_before_allocation() {
+        let mut codec = ServerSide::new();
+        let mut buf = BytesMut::new();
+        buf.put_u32(u32::MAX);
+        let err = codec.decode(&mut buf).unwrap_err();
+        assert!(matches!(err, FrameError::TooLarge { .. }), "{err}");
+        assert!(buf.capacity() < 1024, "must not reserve for a rejected frame");
+    }
+
+    #[test]
+    fn garbage_body_is_a_decode_error() {
+        let mut codec = ServerSide::new();
+        let mut buf = BytesMut::new();
+        buf.put_u32(3);
+        buf.put_slice(&[0xff, 0xff, 0xff]);
+        assert!(matches!(
+            codec.decode(&mut buf),
+            Err(FrameError::Decode(_))
+        ));
+    }
+
+    #[test]
+    fn partial_frames_wait_for_more_bytes() {
+        let mut client = ClientSide::new();
+        let mut server = ServerSide::new();
+        let mut buf = BytesMut::new();
+        client.encode(get_frame(7, "/a".into()), &mut buf).unwrap();
+        let full = buf.clone();
+        let mut part = BytesMut::from(&full[..full.len() - 1]);
+        assert!(server.decode(&mut part).unwrap().is_none());
+        part.extend_from_slice(&full[full.len() - 1..]);
+        assert_eq!(server.decode(&mut part).unwrap(), Some(get_frame(7, "/a".into())));
+        assert!(part.is_empty());
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip(frames in proptest::collection::vec((any::<u64>(), "/[a-z]{0,12}"), 1..8)) {
+            let mut client = ClientSide::new();
+            let mut server = ServerSide::new();
+            let mut buf = BytesMut::new();
+            for (xid, path) in &frames {
+                client.encode(get_frame(*xid, path.clone()), &mut buf).unwrap();
+            }
+            for (xid, path) in &frames {
+                prop_assert_eq!(server.decode(&mut buf).unwrap(), Some(get_frame(*xid, path.clone())));
+            }
+            prop_assert!(server.decode(&mut buf).unwrap().is_none());
+        }
+    }
+}
