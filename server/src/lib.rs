@@ -1,4 +1,24 @@
 //! The Warden server.
+//!
+//! Layers, from the wire inwards (see ARCHITECTURE.md):
+//! - [`conn`]: one task per client connection: decode frames, hand requests
+//!   to the core, write responses and pushed events back in order.
+//! - [`core`]: the one task that owns the Raft node, the [`tree::DataTree`],
+//!   the session liveness table and the watch registry. Requests are
+//!   validated ([`ops`]), reads served from the local tree in session order,
+//!   writes proposed to Raft and answered when their entry applies.
+//! - [`raft`]: the Raft log and hard state in fjall, the Ready loop.
+//! - [`tree`]: the deterministic state machine.
+
+pub mod config;
+pub mod conn;
+pub mod core;
+pub mod ops;
+pub mod raft;
+pub mod serve;
+pub mod session;
+pub mod tree;
+pub mod watch;
 
 /// Log entry and snapshot formats generated from `proto/txn.proto`.
 pub mod proto {

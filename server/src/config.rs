@@ -1,0 +1,188 @@
+//! Command-line flags and their defaults, validated once at start-up.
+//! `warden serve` with no flags runs a working single-node service.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+/// Flags of `warden serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// This server's id in the Raft group (non-zero, unique).
+    #[arg(long, default_value_t = 1, env = "WARDEN_ID")]
+    pub id: u64,
+    /// Where the Raft log, hard state and snapshots live.
+    #[arg(long, default_value = "warden-data", env = "WARDEN_DATA_DIR")]
+    pub data_dir: PathBuf,
+    /// Address for client connections (native protocol). Port 0 picks one.
+    #[arg(long, default_value = "127.0.0.1:7000", env = "WARDEN_LISTEN")]
+    pub listen: SocketAddr,
+    /// Address for Raft traffic from peers.
+    #[arg(long, default_value = "127.0.0.1:7100", env = "WARDEN_PEER_LISTEN")]
+    pub peer_listen: SocketAddr,
+    /// Address for the HTTP API (lands with the HTTP issue; parsed now).
+    #[arg(long, default_value = "127.0.0.1:7200", env = "WARDEN_HTTP_LISTEN")]
+    pub http_listen: SocketAddr,
+    /// The Raft group: `ID=HOST:PORT,...` including this server. Empty:
+    /// a single-node group of this server alone.
+    #[arg(long, default_value = "", env = "WARDEN_PEERS")]
+    pub peers: String,
+    /// Raft tick. Elections take 10 ticks, heartbeats 3.
+    #[arg(long, default_value_t = 100, env = "WARDEN_TICK_MS")]
+    pub tick_ms: u64,
+    /// Smallest session timeout granted to clients.
+    #[arg(long, default_value_t = 1000)]
+    pub min_session_timeout_ms: u32,
+    /// Largest session timeout granted to clients.
+    #[arg(long, default_value_t = 60_000)]
+    pub max_session_timeout_ms: u32,
+    /// Take a snapshot and compact the log every this many applied entries.
+    #[arg(long, default_value_t = 10_000)]
+    pub snapshot_entries: u64,
+}
+
+/// A peer in the Raft group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    pub id: u64,
+    pub addr: String,
+}
+
+/// Validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub id: u64,
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    pub peer_listen: SocketAddr,
+    pub http_listen: SocketAddr,
+    pub peers: Vec<Peer>,
+    pub tick: Duration,
+    pub min_session_timeout_ms: u32,
+    pub max_session_timeout_ms: u32,
+    pub snapshot_entries: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--id must be non-zero")]
+    ZeroId,
+    #[error("--tick-ms must be between 1 and 10000, got {0}")]
+    Tick(u64),
+    #[error("--min-session-timeout-ms ({min}) must be > 0 and <= --max-session-timeout-ms ({max})")]
+    SessionTimeouts { min: u32, max: u32 },
+    #[error("--snapshot-entries must be at least 1")]
+    SnapshotEntries,
+    #[error("--peers: {0}")]
+    Peers(String),
+}
+
+impl ServeArgs {
+    pub fn validate(self) -> Result<Config, ConfigError> {
+        if self.id == 0 {
+            return Err(ConfigError::ZeroId);
+        }
+        if !(1..=10_000).contains(&self.tick_ms) {
+            return Err(ConfigError::Tick(self.tick_ms));
+        }
+        if self.min_session_timeout_ms == 0
+            || self.min_session_timeout_ms > self.max_session_timeout_ms
+        {
+            return Err(ConfigError::SessionTimeouts {
+                min: self.min_session_timeout_ms,
+                max: self.max_session_timeout_ms,
+            });
+        }
+        if self.snapshot_entries == 0 {
+            return Err(ConfigError::SnapshotEntries);
+        }
+        let peers = parse_peers(&self.peers, self.id, &self.peer_listen)?;
+        Ok(Config {
+            id: self.id,
+            data_dir: self.data_dir,
+            listen: self.listen,
+            peer_listen: self.peer_listen,
+            http_listen: self.http_listen,
+            peers,
+            tick: Duration::from_millis(self.tick_ms),
+            min_session_timeout_ms: self.min_session_timeout_ms,
+            max_session_timeout_ms: self.max_session_timeout_ms,
+            snapshot_entries: self.snapshot_entries,
+        })
+    }
+}
+
+fn parse_peers(spec: &str, id: u64, peer_listen: &SocketAddr) -> Result<Vec<Peer>, ConfigError> {
+    if spec.trim().is_empty() {
+        return Ok(vec![Peer {
+            id,
+            addr: peer_listen.to_string(),
+        }]);
+    }
+    let mut peers = Vec::new();
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (pid, addr) = item
+            .split_once('=')
+            .ok_or_else(|| ConfigError::Peers(format!("{item:?} is not ID=HOST:PORT")))?;
+        let pid: u64 = pid
+            .parse()
+            .map_err(|_| ConfigError::Peers(format!("{pid:?} is not a numeric id")))?;
+        if pid == 0 {
+            return Err(ConfigError::Peers("peer ids must be non-zero".into()));
+        }
+        if peers.iter().any(|p: &Peer| p.id == pid) {
+            return Err(ConfigError::Peers(format!("id {pid} appears twice")));
+        }
+        if addr.is_empty() {
+            return Err(ConfigError::Peers(format!("peer {pid} has no address")));
+        }
+        peers.push(Peer {
+            id: pid,
+            addr: addr.to_string(),
+        });
+    }
+    if !peers.iter().any(|p| p.id == id) {
+        return Err(ConfigError::Peers(format!("this server's id {id} is not listed")));
+    }
+    peers.sort_by_key(|p| p.id);
+    Ok(peers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<Config, ConfigError> {
+        let mut all = vec!["warden"];
+        all.extend_from_slice(args);
+        Cli::parse_from(all).serve.validate()
+    }
+
+    #[test]
+    fn defaults_make_a_single_node() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.id, 1);
+        assert_eq!(c.peers, vec![Peer { id: 1, addr: "127.0.0.1:7100".into() }]);
+        assert_eq!(c.tick, Duration::from_millis(100));
+    }
+
+    #[test]
+    fn peers_are_parsed_and_checked() {
+        let c = parse(&["--id", "2", "--peers", "1=a:1, 2=b:2,3=c:3"]).unwrap();
+        assert_eq!(c.peers.len(), 3);
+        assert!(parse(&["--peers", "2=b:2"]).unwrap_err().to_string().contains("id 1 is not listed"));
+        assert!(parse(&["--peers", "x=b:2"]).is_err());
+        assert!(parse(&["--peers", "1=a:1,1=b:2"]).is_err());
+        assert!(parse(&["--id", "0"]).is_err());
+        assert!(parse(&["--min-session-timeout-ms", "5", "--max-session-timeout-ms", "4"]).is_err());
+    }
+}

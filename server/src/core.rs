@@ -1,0 +1,841 @@
+//! The core task: the one owner of the Raft node, the DataTree, the watch
+//! registry, the session liveness table and every connection's queue of
+//! requests in flight.
+//!
+//! Connections talk to it over one bounded channel ([`CoreMsg`]) and get
+//! everything back — responses, watch events, session events — on their own
+//! bounded outbound queue, pushed from this one task. That single path is
+//! what gives the ordering guarantees:
+//!
+//! - a session's answers leave in request order: each connection has a FIFO
+//!   of slots; a read waits behind the session's earlier writes and is
+//!   served from the tree when it reaches the head;
+//! - a watch event is queued when its entry applies, so it reaches the
+//!   client before the answer to any later request that could see the change.
+//!
+//! The core runs on a thread of its own (a current-thread runtime), so the
+//! fsync in the Ready loop blocks no connection task.
+//!
+//! It must never block on a connection: a client whose outbound queue is
+//! full is disconnected (its session lives on until it resumes or expires).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use prost::Message as _;
+use raft::eraftpb::{Entry, Message as RaftMessage, Snapshot as RaftSnapshot};
+use raft::{ReadState, SoftState, StateRole};
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{debug, error, info, warn};
+use warden_protocol::pb::{self, response::Result as Res, ErrorCode, SessionState};
+
+use crate::config::Config;
+use crate::ops::{self, Failure, Plan, ReadOp};
+use crate::proto::{self, txn::Kind, CloseReason, Proposal, Txn};
+use crate::raft::node::{NodeError, RaftTiming};
+use crate::raft::{DiskStorage, RaftNode, ReadyHandler};
+use crate::session::{self, SessionTracker};
+use crate::tree::{Applied, DataTree, TxnResult};
+use crate::watch::{ConnId, WatchRegistry};
+
+/// Bound of the channel from connections to the core.
+pub const CORE_QUEUE_MAX: usize = 4096;
+/// Bound of each connection's outbound queue (frames).
+pub const OUTBOUND_FRAMES_MAX: usize = 8192;
+/// Most requests one connection may have in flight before it is throttled.
+pub const CONN_INFLIGHT_MAX: usize = 4096;
+/// Most messages handled before the Ready loop runs (one fsync per batch).
+const BATCH_MSGS_MAX: usize = 1024;
+/// How often (in ticks) the leader looks for empty containers and expired
+/// TTL nodes.
+const REMOVAL_CHECK_TICKS: u64 = 5;
+
+/// A message from a connection task.
+#[derive(Debug)]
+pub enum CoreMsg {
+    /// The handshake: open a new session or resume one.
+    Open {
+        conn: ConnId,
+        peer: SocketAddr,
+        out: mpsc::Sender<pb::ServerFrame>,
+        connect: pb::ConnectRequest,
+    },
+    /// A request on an open connection.
+    Request { conn: ConnId, request: pb::Request },
+    /// The connection is gone.
+    Closed { conn: ConnId },
+}
+
+/// What the core reports to whoever started it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoreState {
+    Starting,
+    /// A leader is known and the log is replayed: clients may connect.
+    Ready,
+    Stopped,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    #[error("raft: {0}")]
+    Node(#[from] NodeError),
+    #[error("storage: {0}")]
+    Storage(#[from] crate::raft::StorageError),
+    #[error("snapshot on disk is unreadable: {0}")]
+    Snapshot(String),
+}
+
+/// One slot in a connection's in-order queue.
+#[derive(Debug)]
+enum Slot {
+    /// The answer is known; it leaves when it reaches the head.
+    Done(pb::ServerFrame),
+    /// A read served when at the head and `applied >= min_index`.
+    Read {
+        xid: u64,
+        op: ReadOp,
+        /// Waiting for a ReadIndex answer (`ctx`), or the index it gave.
+        read_index: ReadIndexWait,
+    },
+    /// A write waiting for its entry to apply.
+    Write { xid: u64, request_id: u64 },
+    /// A heartbeat answered in order.
+    Ping { xid: u64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadIndexWait {
+    None,
+    Pending(u64),
+    At(u64),
+}
+
+struct Conn {
+    peer: SocketAddr,
+    out: mpsc::Sender<pb::ServerFrame>,
+    session: Option<u64>,
+    queue: VecDeque<Slot>,
+}
+
+/// What an applied entry proposed by this server answers.
+#[derive(Debug)]
+enum Waiter {
+    /// A new session for this connection.
+    Connect { conn: ConnId, timeout_ms: u32 },
+    /// A write request in `conn`'s queue.
+    Request { conn: ConnId },
+}
+
+/// Everything but the raft node: the state machine and its clients.
+struct Machine {
+    node_id: u64,
+    cfg: Config,
+    tree: DataTree,
+    watches: WatchRegistry,
+    sessions: SessionTracker,
+    conns: HashMap<ConnId, Conn>,
+    session_conn: HashMap<u64, ConnId>,
+    waiters: HashMap<u64, Waiter>,
+    /// ReadIndex contexts in flight: ctx -> connection.
+    read_waiters: HashMap<u64, ConnId>,
+    /// Guarded deletes proposed and not yet applied (path).
+    removals_inflight: HashSet<String>,
+    role: StateRole,
+    leader_id: u64,
+}
+
+pub struct Core {
+    raft: RaftNode,
+    m: Machine,
+    next_request_id: u64,
+    last_snapshot_index: u64,
+    ticks: u64,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl Core {
+    /// Opens the storage, restores the latest snapshot and starts the node.
+    pub fn open(cfg: Config) -> Result<Self, CoreError> {
+        std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
+            CoreError::Storage(crate::raft::StorageError::Corrupt {
+                what: "data dir",
+                detail: format!("{}: {e}", cfg.data_dir.display()),
+            })
+        })?;
+        let storage = DiskStorage::open(&cfg.data_dir.join("raft"))?;
+        let tree = match storage.load_snapshot()? {
+            Some(snap) => {
+                let decoded = proto::Snapshot::decode(&snap.data[..])
+                    .map_err(|e| CoreError::Snapshot(e.to_string()))?;
+                let tree = DataTree::from_snapshot(&decoded)
+                    .map_err(|e| CoreError::Snapshot(e.to_string()))?;
+                info!(index = tree.applied_index(), nodes = tree.node_count(), "restored snapshot");
+                tree
+            }
+            None => DataTree::new(),
+        };
+        let applied = tree.applied_index();
+        let voters = cfg.peers.iter().map(|p| p.id).collect();
+        let timing = RaftTiming::default();
+        let raft = RaftNode::open(cfg.id, voters, storage, &timing, applied)?;
+        Ok(Self {
+            raft,
+            m: Machine {
+                node_id: cfg.id,
+                cfg,
+                tree,
+                watches: WatchRegistry::default(),
+                sessions: SessionTracker::default(),
+                conns: HashMap::new(),
+                session_conn: HashMap::new(),
+                waiters: HashMap::new(),
+                read_waiters: HashMap::new(),
+                removals_inflight: HashSet::new(),
+                role: StateRole::Follower,
+                leader_id: 0,
+            },
+            // Random start: ids stay unique across restarts, so an entry of
+            // an earlier life replayed from the log never answers a new
+            // request.
+            next_request_id: rand::random::<u64>() >> 1,
+            last_snapshot_index: applied,
+            ticks: 0,
+        })
+    }
+
+    /// Runs until `shutdown` fires or every sender is dropped.
+    pub async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<CoreMsg>,
+        state: watch::Sender<CoreState>,
+        mut shutdown: oneshot::Receiver<()>,
+    ) -> Result<(), CoreError> {
+        let mut ticker = tokio::time::interval(self.m.cfg.tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let result = loop {
+            tokio::select! {
+                _ = &mut shutdown => break Ok(()),
+                msg = rx.recv() => {
+                    let Some(msg) = msg else { break Ok(()) };
+                    self.handle(msg);
+                    for _ in 0..BATCH_MSGS_MAX {
+                        match rx.try_recv() {
+                            Ok(msg) => self.handle(msg),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                _ = ticker.tick() => self.on_tick(),
+            }
+            if let Err(e) = self.drive() {
+                break Err(e);
+            }
+            if *state.borrow() == CoreState::Starting && self.is_ready() {
+                info!(leader = self.m.leader_id, applied = self.m.tree.applied_index(), "ready");
+                let _ = state.send(CoreState::Ready);
+            }
+        };
+        if let Err(e) = &result {
+            error!(error = %e, "core stopped");
+        }
+        // Dropping the connections' senders lets their writers drain and close.
+        self.m.conns.clear();
+        let _ = self.raft.storage().sync();
+        let _ = state.send(CoreState::Stopped);
+        result
+    }
+
+    fn is_ready(&self) -> bool {
+        self.m.leader_id != 0
+            && self.m.tree.applied_index() >= self.raft.storage().hard_state().commit
+    }
+
+    /// Runs the Ready loop until raft has nothing more, then snapshots if due.
+    fn drive(&mut self) -> Result<(), CoreError> {
+        while self.raft.has_ready() {
+            self.raft.on_ready(&mut self.m)?;
+        }
+        let applied = self.m.tree.applied_index();
+        if applied >= self.last_snapshot_index + self.m.cfg.snapshot_entries {
+            let started = Instant::now();
+            let data = self.m.tree.to_snapshot().encode_to_vec();
+            let bytes = data.len();
+            self.raft.compact(applied, data)?;
+            self.last_snapshot_index = applied;
+            info!(index = applied, bytes, took_ms = started.elapsed().as_millis() as u64, "snapshot taken, log compacted");
+        }
+        Ok(())
+    }
+
+    fn on_tick(&mut self) {
+        self.raft.tick();
+        self.ticks += 1;
+        if self.m.role != StateRole::Leader {
+            return;
+        }
+        for id in self.m.sessions.take_expired(Instant::now()) {
+            info!(session_id = format_args!("{id:#x}"), "session expired");
+            let txn = Txn {
+                kind: Some(Kind::CloseSession(proto::CloseSessionTxn {
+                    session_id: id,
+                    reason: CloseReason::Expired as i32,
+                })),
+            };
+            if self.propose(txn, 0).is_err() {
+                self.m.sessions.unmark_closing(id);
+            }
+        }
+        if self.ticks % REMOVAL_CHECK_TICKS == 0 {
+            for guarded in self.m.tree.removal_candidates(now_ms()) {
+                if !self.m.removals_inflight.insert(guarded.path.clone()) {
+                    continue;
+                }
+                debug!(path = %guarded.path, "proposing removal of empty container / expired TTL node");
+                let path = guarded.path.clone();
+                let txn = Txn {
+                    kind: Some(Kind::GuardedDelete(guarded)),
+                };
+                if self.propose(txn, 0).is_err() {
+                    self.m.removals_inflight.remove(&path);
+                }
+            }
+        }
+    }
+
+    fn propose(&mut self, txn: Txn, request_id: u64) -> Result<(), Failure> {
+        let proposal = Proposal {
+            origin_node: self.m.node_id,
+            request_id,
+            time_ms: now_ms(),
+            txn: Some(txn),
+        };
+        self.raft.propose(proposal.encode_to_vec()).map_err(|e| {
+            debug!(error = %e, "proposal dropped");
+            Failure::new(ErrorCode::NotReady, format!("no leader to accept the write ({e})"))
+        })
+    }
+
+    fn new_request_id(&mut self) -> u64 {
+        self.next_request_id = self.next_request_id.wrapping_add(1).max(1);
+        self.next_request_id
+    }
+
+    fn handle(&mut self, msg: CoreMsg) {
+        match msg {
+            CoreMsg::Open {
+                conn,
+                peer,
+                out,
+                connect,
+            } => self.open_conn(conn, peer, out, connect),
+            CoreMsg::Request { conn, request } => self.request(conn, request),
+            CoreMsg::Closed { conn } => self.m.drop_conn(conn, "connection closed"),
+        }
+    }
+
+    fn open_conn(
+        &mut self,
+        conn: ConnId,
+        peer: SocketAddr,
+        out: mpsc::Sender<pb::ServerFrame>,
+        c: pb::ConnectRequest,
+    ) {
+        let m = &mut self.m;
+        m.conns.insert(
+            conn,
+            Conn {
+                peer,
+                out,
+                session: None,
+                queue: VecDeque::new(),
+            },
+        );
+        let applied = m.tree.applied_index();
+        if c.last_zxid_seen > applied {
+            m.refuse_connect(
+                conn,
+                ErrorCode::ServerBehind,
+                format!(
+                    "this server has applied zxid {applied}, the client has seen {}",
+                    c.last_zxid_seen
+                ),
+            );
+            return;
+        }
+        let timeout_ms = session::negotiate_timeout(
+            c.timeout_ms,
+            m.cfg.min_session_timeout_ms,
+            m.cfg.max_session_timeout_ms,
+        );
+        if c.session_id == 0 {
+            let session_id = session::new_session_id(m.node_id);
+            let request_id = self.new_request_id();
+            let txn = Txn {
+                kind: Some(Kind::CreateSession(proto::CreateSessionTxn {
+                    session_id,
+                    password: session::new_password(),
+                    timeout_ms,
+                })),
+            };
+            match self.propose(txn, request_id) {
+                Ok(()) => {
+                    self.m
+                        .waiters
+                        .insert(request_id, Waiter::Connect { conn, timeout_ms });
+                }
+                Err(f) => self.m.refuse_connect(conn, f.code, f.message),
+            }
+            return;
+        }
+        // Resume.
+        let id = c.session_id;
+        let known = m.tree.session(id).map(|s| (s.password == c.password, s.timeout_ms));
+        match known {
+            Some((true, timeout_ms)) => {
+                if let Some(old) = m.session_conn.insert(id, conn) {
+                    if old != conn {
+                        m.drop_conn(old, "session resumed on another connection");
+                    }
+                }
+                if let Some(cn) = m.conns.get_mut(&conn) {
+                    cn.session = Some(id);
+                }
+                m.sessions.touch(id, Instant::now());
+                debug!(session_id = format_args!("{id:#x}"), %peer, "session resumed");
+                let resp = pb::ConnectResponse {
+                    error: ErrorCode::Ok as i32,
+                    message: String::new(),
+                    session_id: id,
+                    password: c.password,
+                    timeout_ms,
+                    zxid: m.tree.applied_index(),
+                    server_id: m.node_id,
+                };
+                m.push(conn, frame_connect(resp));
+            }
+            Some((false, _)) | None => m.refuse_connect(
+                conn,
+                ErrorCode::SessionExpired,
+                format!("session {id:#x} has expired or never existed"),
+            ),
+        }
+    }
+
+    fn request(&mut self, conn: ConnId, request: pb::Request) {
+        let Some(c) = self.m.conns.get(&conn) else {
+            return;
+        };
+        let xid = request.xid;
+        let Some(session_id) = c.session else {
+            // Requests before the session is established are out of order.
+            let f = Failure::new(ErrorCode::MarshallingError, "request before the session was established");
+            self.m.enqueue(conn, Slot::Done(error_frame(xid, 0, f)));
+            self.m.flush(conn);
+            return;
+        };
+        if c.queue.len() >= CONN_INFLIGHT_MAX {
+            let f = Failure::new(
+                ErrorCode::Throttled,
+                format!("more than {CONN_INFLIGHT_MAX} requests in flight on one connection"),
+            );
+            let zxid = self.m.tree.applied_index();
+            self.m.enqueue(conn, Slot::Done(error_frame(xid, zxid, f)));
+            self.m.flush(conn);
+            return;
+        }
+        self.m.sessions.touch(session_id, Instant::now());
+        let Some(op) = request.op else {
+            let f = Failure::new(ErrorCode::BadArguments, "request has no operation");
+            let zxid = self.m.tree.applied_index();
+            self.m.enqueue(conn, Slot::Done(error_frame(xid, zxid, f)));
+            self.m.flush(conn);
+            return;
+        };
+        let slot = match ops::plan(op, session_id) {
+            Plan::Reject(f) => Slot::Done(error_frame(xid, self.m.tree.applied_index(), f)),
+            Plan::Ping => Slot::Ping { xid },
+            Plan::Read { op, linearizable } => {
+                let read_index = if linearizable {
+                    let ctx = self.new_request_id();
+                    self.m.read_waiters.insert(ctx, conn);
+                    self.raft.read_index(ctx.to_be_bytes().to_vec());
+                    ReadIndexWait::Pending(ctx)
+                } else {
+                    ReadIndexWait::None
+                };
+                Slot::Read { xid, op, read_index }
+            }
+            Plan::Write(txn) => self.write_slot(conn, xid, txn),
+            Plan::Close => {
+                let txn = Txn {
+                    kind: Some(Kind::CloseSession(proto::CloseSessionTxn {
+                        session_id,
+                        reason: CloseReason::Client as i32,
+                    })),
+                };
+                self.write_slot(conn, xid, txn)
+            }
+        };
+        self.m.enqueue(conn, slot);
+        self.m.flush(conn);
+    }
+
+    fn write_slot(&mut self, conn: ConnId, xid: u64, txn: Txn) -> Slot {
+        let request_id = self.new_request_id();
+        match self.propose(txn, request_id) {
+            Ok(()) => {
+                self.m.waiters.insert(request_id, Waiter::Request { conn });
+                Slot::Write { xid, request_id }
+            }
+            Err(f) => Slot::Done(error_frame(xid, self.m.tree.applied_index(), f)),
+        }
+    }
+}
+
+fn frame_connect(resp: pb::ConnectResponse) -> pb::ServerFrame {
+    pb::ServerFrame {
+        kind: Some(pb::server_frame::Kind::Connect(resp)),
+    }
+}
+
+fn response_frame(xid: u64, zxid: u64, result: Result<Option<Res>, Failure>) -> pb::ServerFrame {
+    let response = match result {
+        Ok(result) => pb::Response {
+            xid,
+            zxid,
+            error: ErrorCode::Ok as i32,
+            message: String::new(),
+            result,
+        },
+        Err(f) => pb::Response {
+            xid,
+            zxid,
+            error: f.code as i32,
+            message: f.message,
+            result: f.detail,
+        },
+    };
+    pb::ServerFrame {
+        kind: Some(pb::server_frame::Kind::Response(response)),
+    }
+}
+
+fn error_frame(xid: u64, zxid: u64, f: Failure) -> pb::ServerFrame {
+    response_frame(xid, zxid, Err(f))
+}
+
+fn event_frame(event: pb::WatchEvent) -> pb::ServerFrame {
+    pb::ServerFrame {
+        kind: Some(pb::server_frame::Kind::WatchEvent(event)),
+    }
+}
+
+fn session_event_frame(state: SessionState, message: &str) -> pb::ServerFrame {
+    pb::ServerFrame {
+        kind: Some(pb::server_frame::Kind::SessionEvent(pb::SessionEvent {
+            state: state as i32,
+            message: message.to_string(),
+        })),
+    }
+}
+
+impl Machine {
+    fn enqueue(&mut self, conn: ConnId, slot: Slot) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.queue.push_back(slot);
+        }
+    }
+
+    /// Sends a frame now, outside the queue (handshake answers, events).
+    /// A full queue means the client does not read: disconnect it.
+    fn push(&mut self, conn: ConnId, frame: pb::ServerFrame) {
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        match c.out.try_send(frame) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                warn!(conn, peer = %c.peer, "client is not reading; disconnecting it");
+                self.drop_conn(conn, "outbound queue full");
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.drop_conn(conn, "connection closed");
+            }
+        }
+    }
+
+    fn refuse_connect(&mut self, conn: ConnId, code: ErrorCode, message: String) {
+        debug!(conn, code = code.name(), %message, "connect refused");
+        let resp = pb::ConnectResponse {
+            error: code as i32,
+            message,
+            zxid: self.tree.applied_index(),
+            server_id: self.node_id,
+            ..Default::default()
+        };
+        self.push(conn, frame_connect(resp));
+        // Dropping our sender closes the connection once the answer is out.
+        self.drop_conn(conn, "connect refused");
+    }
+
+    /// Forgets a connection: its watches go; its session lives on.
+    fn drop_conn(&mut self, conn: ConnId, why: &str) {
+        let Some(c) = self.conns.remove(&conn) else {
+            return;
+        };
+        debug!(conn, peer = %c.peer, why, "connection dropped");
+        self.watches.remove_conn(conn);
+        if let Some(s) = c.session {
+            if self.session_conn.get(&s) == Some(&conn) {
+                self.session_conn.remove(&s);
+            }
+        }
+        self.read_waiters.retain(|_, c| *c != conn);
+    }
+
+    /// Sends every answer at the head of `conn`'s queue that is ready,
+    /// serving reads as they reach the head.
+    fn flush(&mut self, conn: ConnId) {
+        loop {
+            let applied = self.tree.applied_index();
+            let Some(c) = self.conns.get_mut(&conn) else {
+                return;
+            };
+            let ready = match c.queue.front() {
+                None => return,
+                Some(Slot::Done(_)) | Some(Slot::Ping { .. }) => true,
+                Some(Slot::Read { read_index, .. }) => match read_index {
+                    ReadIndexWait::None => true,
+                    ReadIndexWait::At(i) => applied >= *i,
+                    ReadIndexWait::Pending(_) => false,
+                },
+                Some(Slot::Write { .. }) => false,
+            };
+            if !ready {
+                return;
+            }
+            let slot = c.queue.pop_front().expect("front checked above");
+            match slot {
+                Slot::Done(frame) => self.push(conn, frame),
+                Slot::Ping { xid } => self.push(conn, response_frame(xid, applied, Ok(None))),
+                Slot::Read { xid, op, .. } => {
+                    let (result, events) = ops::read(&self.tree, &mut self.watches, conn, &op);
+                    for e in events {
+                        self.push(conn, event_frame(e));
+                    }
+                    self.push(conn, response_frame(xid, applied, result));
+                }
+                Slot::Write { .. } => unreachable!("not ready"),
+            }
+        }
+    }
+
+    /// Fills the queue slot of a write that just applied.
+    fn complete_write(&mut self, conn: ConnId, request_id: u64, frame_of: impl FnOnce(u64) -> pb::ServerFrame) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        for slot in c.queue.iter_mut() {
+            if let Slot::Write { xid, request_id: r } = slot {
+                if *r == request_id {
+                    let xid = *xid;
+                    *slot = Slot::Done(frame_of(xid));
+                    break;
+                }
+            }
+        }
+        self.flush(conn);
+    }
+
+    fn fire(&mut self, applied: &Applied, zxid: u64) {
+        for t in &applied.triggers {
+            let conns = self.watches.fire(t.event, &t.path);
+            for conn in conns {
+                self.push(
+                    conn,
+                    event_frame(pb::WatchEvent {
+                        r#type: t.event as i32,
+                        path: t.path.clone(),
+                        zxid,
+                    }),
+                );
+            }
+        }
+    }
+
+    fn session_closed(&mut self, session_id: u64, reason: CloseReason) {
+        self.sessions.remove(session_id);
+        let Some(conn) = self.session_conn.remove(&session_id) else {
+            return;
+        };
+        match reason {
+            CloseReason::Expired => {
+                self.push(
+                    conn,
+                    session_event_frame(SessionState::Expired, "session expired"),
+                );
+                self.drop_conn(conn, "session expired");
+            }
+            CloseReason::Client => {
+                // The close answer was queued by complete_write; anything
+                // after it in the queue can no longer be served.
+                self.flush(conn);
+                self.drop_conn(conn, "session closed");
+            }
+        }
+    }
+
+    fn serve_read_states(&mut self) {
+        let conns: Vec<ConnId> = self.conns.keys().copied().collect();
+        for conn in conns {
+            self.flush(conn);
+        }
+    }
+}
+
+impl ReadyHandler for Machine {
+    fn send(&mut self, msgs: Vec<RaftMessage>) {
+        // A single-node group has no peers; the cluster transport plugs in here.
+        for m in msgs {
+            if m.to != self.node_id {
+                debug!(to = m.to, "no transport to peer yet; message dropped");
+            }
+        }
+    }
+
+    fn apply(&mut self, entry: &Entry) {
+        let zxid = entry.index;
+        if entry.data.is_empty() {
+            self.tree.skip(zxid);
+            return;
+        }
+        let proposal = match Proposal::decode(&entry.data[..]) {
+            Ok(p) => p,
+            Err(e) => {
+                // Every replica sees the same bytes and skips them alike.
+                error!(zxid, error = %e, "undecodable log entry skipped");
+                self.tree.skip(zxid);
+                return;
+            }
+        };
+        let txn = proposal.txn.unwrap_or_default();
+        let applied = self.tree.apply(zxid, proposal.time_ms, &txn);
+        self.fire(&applied, zxid);
+
+        match (&txn.kind, &applied.result) {
+            (Some(Kind::CreateSession(cs)), _) => {
+                if self.role == StateRole::Leader {
+                    self.sessions.arm(
+                        cs.session_id,
+                        Duration::from_millis(u64::from(cs.timeout_ms)),
+                        Instant::now(),
+                    );
+                }
+            }
+            (Some(Kind::GuardedDelete(g)), _) => {
+                self.removals_inflight.remove(&g.path);
+            }
+            _ => {}
+        }
+
+        let waiter = if proposal.origin_node == self.node_id && proposal.request_id != 0 {
+            self.waiters.remove(&proposal.request_id)
+        } else {
+            None
+        };
+        match waiter {
+            Some(Waiter::Connect { conn, timeout_ms }) => {
+                if let Some(Kind::CreateSession(cs)) = &txn.kind {
+                    if let Some(c) = self.conns.get_mut(&conn) {
+                        c.session = Some(cs.session_id);
+                        self.session_conn.insert(cs.session_id, conn);
+                        info!(session_id = format_args!("{:#x}", cs.session_id), peer = %c.peer, timeout_ms, "session created");
+                        let resp = pb::ConnectResponse {
+                            error: ErrorCode::Ok as i32,
+                            message: String::new(),
+                            session_id: cs.session_id,
+                            password: cs.password.clone(),
+                            timeout_ms,
+                            zxid,
+                            server_id: self.node_id,
+                        };
+                        self.push(conn, frame_connect(resp));
+                    }
+                }
+            }
+            Some(Waiter::Request { conn }) => {
+                let result = ops::write_response(applied.result.clone(), &txn);
+                self.complete_write(conn, proposal.request_id, |xid| {
+                    response_frame(xid, zxid, result)
+                });
+            }
+            None => {}
+        }
+
+        if let (Some(Kind::CloseSession(cs)), TxnResult::SessionClosed { .. }) =
+            (&txn.kind, &applied.result)
+        {
+            let reason = CloseReason::try_from(cs.reason).unwrap_or(CloseReason::Client);
+            self.session_closed(cs.session_id, reason);
+        }
+    }
+
+    fn restore(&mut self, snapshot: &RaftSnapshot) {
+        match proto::Snapshot::decode(&snapshot.data[..])
+            .map_err(|e| e.to_string())
+            .and_then(|s| DataTree::from_snapshot(&s).map_err(|e| e.to_string()))
+        {
+            Ok(tree) => {
+                info!(index = tree.applied_index(), "state machine replaced by leader snapshot");
+                self.tree = tree;
+            }
+            Err(e) => error!(error = %e, "leader snapshot unreadable"),
+        }
+    }
+
+    fn read_states(&mut self, states: Vec<ReadState>) {
+        for rs in states {
+            let Ok(bytes) = <[u8; 8]>::try_from(&rs.request_ctx[..]) else {
+                continue;
+            };
+            let ctx = u64::from_be_bytes(bytes);
+            let Some(conn) = self.read_waiters.remove(&ctx) else {
+                continue;
+            };
+            if let Some(c) = self.conns.get_mut(&conn) {
+                for slot in c.queue.iter_mut() {
+                    if let Slot::Read { read_index, .. } = slot {
+                        if *read_index == ReadIndexWait::Pending(ctx) {
+                            *read_index = ReadIndexWait::At(rs.index);
+                        }
+                    }
+                }
+            }
+        }
+        self.serve_read_states();
+    }
+
+    fn role_changed(&mut self, ss: &SoftState) {
+        let was_leader = self.role == StateRole::Leader;
+        self.role = ss.raft_state;
+        self.leader_id = ss.leader_id;
+        info!(role = ?ss.raft_state, leader = ss.leader_id, "raft role changed");
+        if self.role == StateRole::Leader && !was_leader {
+            let sessions: Vec<(u64, Duration)> = self
+                .tree
+                .sessions()
+                .map(|(id, s)| (id, Duration::from_millis(u64::from(s.timeout_ms))))
+                .collect();
+            self.sessions.rearm_all(sessions, Instant::now());
+        } else if self.role != StateRole::Leader {
+            self.sessions.clear();
+        }
+    }
+}

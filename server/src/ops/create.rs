@@ -1,0 +1,45 @@
+//! create: persistent, ephemeral, sequential, container and TTL nodes.
+
+use warden_protocol::pb::{self, ErrorCode};
+use warden_protocol::path;
+
+use super::{check_acl, check_data, Failure};
+use crate::proto::{txn::Kind, CreateTxn, Txn};
+
+/// Largest TTL accepted (a year): beyond that it is surely a unit mistake.
+const TTL_MS_MAX: u64 = 365 * 24 * 3600 * 1000;
+
+pub(super) fn validate(r: &pb::CreateRequest, session_id: u64) -> Result<CreateTxn, Failure> {
+    path::validate_create(&r.path, r.sequential)
+        .map_err(|e| Failure::new(ErrorCode::InvalidPath, e.to_string()))?;
+    check_data(&r.data, &r.path)?;
+    check_acl(&r.acl, &r.path)?;
+    if r.container && (r.ephemeral || r.sequential || r.ttl_ms > 0) {
+        return Err(Failure::new(
+            ErrorCode::BadArguments,
+            format!("{}: a container node cannot also be ephemeral, sequential or TTL", r.path),
+        ));
+    }
+    if r.ttl_ms > TTL_MS_MAX {
+        return Err(Failure::new(
+            ErrorCode::BadArguments,
+            format!("{}: ttl_ms {} exceeds the limit of {TTL_MS_MAX}", r.path, r.ttl_ms),
+        ));
+    }
+    Ok(CreateTxn {
+        path: r.path.clone(),
+        data: r.data.clone(),
+        acl: r.acl.clone(),
+        ephemeral: r.ephemeral,
+        sequential: r.sequential,
+        container: r.container,
+        ttl_ms: r.ttl_ms,
+        session_id,
+    })
+}
+
+pub(super) fn plan(r: pb::CreateRequest, session_id: u64) -> Result<Txn, Failure> {
+    Ok(Txn {
+        kind: Some(Kind::Create(validate(&r, session_id)?)),
+    })
+}

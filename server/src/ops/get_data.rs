@@ -1,0 +1,27 @@
+//! get_data, optionally leaving a one-shot data watch.
+
+use warden_protocol::pb::{self, response::Result as Res, ErrorCode};
+
+use super::Failure;
+use crate::tree::DataTree;
+use crate::watch::{ConnId, WatchKind, WatchRegistry};
+
+pub(super) fn read(
+    tree: &DataTree,
+    watches: &mut WatchRegistry,
+    conn: ConnId,
+    r: &pb::GetDataRequest,
+) -> Result<Option<Res>, Failure> {
+    let Some((data, stat)) = tree.get_data(&r.path) else {
+        // As in ZooKeeper, no watch is left on a node that does not exist:
+        // exists() is the way to wait for a creation.
+        return Err(Failure::new(ErrorCode::NoNode, r.path.clone()));
+    };
+    if r.watch {
+        watches.add(conn, WatchKind::Data, &r.path);
+    }
+    Ok(Some(Res::GetData(pb::GetDataResponse {
+        data: data.to_vec(),
+        stat: Some(stat),
+    })))
+}

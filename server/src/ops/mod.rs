@@ -1,0 +1,307 @@
+//! Requests, one file per kind: each checks its input once (paths, sizes,
+//! flag combinations — the same rules for every door) and says how it is
+//! served: a write becomes a [`Txn`] to propose, a read runs against the
+//! local tree when its turn in the session's order comes.
+//!
+//! Nothing here touches Raft or a connection: [`plan`] is pure, [`read`]
+//! only reads the tree (and registers watches), [`write_response`] turns an
+//! applied result into the wire answer.
+
+mod acl;
+mod create;
+mod delete;
+mod exists;
+mod get_children;
+mod get_data;
+mod multi;
+mod set_data;
+mod watches;
+
+use warden_protocol::pb::{self, request::Op, response::Result as Res, ErrorCode};
+use warden_protocol::{path, DATA_BYTES_MAX};
+
+use crate::proto::Txn;
+use crate::tree::{DataTree, TreeError, TxnResult};
+use crate::watch::{ConnId, WatchRegistry};
+
+/// How a request is served.
+#[derive(Debug)]
+pub enum Plan {
+    /// Propose this txn; answer when it applies.
+    Write(Txn),
+    /// Serve from the local tree in session order (after a ReadIndex round
+    /// first, when `linearizable`).
+    Read { op: ReadOp, linearizable: bool },
+    /// Heartbeat: an empty answer in order.
+    Ping,
+    /// Close the session (a write: CloseSession).
+    Close,
+    /// Refused before reaching the log.
+    Reject(Failure),
+}
+
+/// Reads and other requests answered from local state.
+#[derive(Debug, Clone)]
+pub enum ReadOp {
+    GetData(pb::GetDataRequest),
+    Exists(pb::ExistsRequest),
+    GetChildren(pb::GetChildrenRequest),
+    GetAcl(pb::GetAclRequest),
+    Sync(pb::SyncRequest),
+    AddWatch(pb::AddWatchRequest),
+    RemoveWatches(pb::RemoveWatchesRequest),
+    SetWatches(pb::SetWatchesRequest),
+}
+
+/// An error answer: the code and a message naming the path or field.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub code: ErrorCode,
+    pub message: String,
+    /// A result that goes with the error (a failed multi's per-op results).
+    pub detail: Option<Res>,
+}
+
+impl Failure {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            detail: None,
+        }
+    }
+}
+
+impl From<TreeError> for Failure {
+    fn from(e: TreeError) -> Self {
+        Failure::new(e.code, e.path)
+    }
+}
+
+/// A watch event for one connection, produced while serving a read
+/// (SetWatches fires at once for changes the client missed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImmediateEvent {
+    pub event: pb::WatchEvent,
+}
+
+/// Decides how to serve a request from the session `session_id`.
+pub fn plan(op: Op, session_id: u64) -> Plan {
+    let planned = match op {
+        Op::Create(r) => create::plan(r, session_id).map(Plan::Write),
+        Op::Delete(r) => delete::plan(r).map(Plan::Write),
+        Op::SetData(r) => set_data::plan(r).map(Plan::Write),
+        Op::SetAcl(r) => acl::plan_set(r).map(Plan::Write),
+        Op::Multi(r) => multi::plan(r, session_id).map(Plan::Write),
+        Op::GetData(r) => check_path(&r.path).map(|_| Plan::Read {
+            linearizable: r.linearizable,
+            op: ReadOp::GetData(r),
+        }),
+        Op::Exists(r) => check_path(&r.path).map(|_| Plan::Read {
+            linearizable: r.linearizable,
+            op: ReadOp::Exists(r),
+        }),
+        Op::GetChildren(r) => check_path(&r.path).map(|_| Plan::Read {
+            linearizable: r.linearizable,
+            op: ReadOp::GetChildren(r),
+        }),
+        Op::GetAcl(r) => check_path(&r.path).map(|_| Plan::Read {
+            linearizable: false,
+            op: ReadOp::GetAcl(r),
+        }),
+        Op::Sync(r) => check_path(&r.path).map(|_| Plan::Read {
+            linearizable: true,
+            op: ReadOp::Sync(r),
+        }),
+        Op::AddWatch(r) => check_path(&r.path).map(|_| Plan::Read {
+            linearizable: false,
+            op: ReadOp::AddWatch(r),
+        }),
+        Op::RemoveWatches(r) => check_path(&r.path).map(|_| Plan::Read {
+            linearizable: false,
+            op: ReadOp::RemoveWatches(r),
+        }),
+        Op::SetWatches(r) => watches::check_set(&r).map(|_| Plan::Read {
+            linearizable: false,
+            op: ReadOp::SetWatches(r),
+        }),
+        Op::Ping(_) => Ok(Plan::Ping),
+        Op::Close(_) => Ok(Plan::Close),
+    };
+    planned.unwrap_or_else(Plan::Reject)
+}
+
+/// Serves a read for connection `conn` from the local tree. Returns the
+/// answer and any events to push to this connection *before* it.
+pub fn read(
+    tree: &DataTree,
+    watches: &mut WatchRegistry,
+    conn: ConnId,
+    op: &ReadOp,
+) -> (Result<Option<Res>, Failure>, Vec<pb::WatchEvent>) {
+    match op {
+        ReadOp::GetData(r) => (get_data::read(tree, watches, conn, r), vec![]),
+        ReadOp::Exists(r) => (exists::read(tree, watches, conn, r), vec![]),
+        ReadOp::GetChildren(r) => (get_children::read(tree, watches, conn, r), vec![]),
+        ReadOp::GetAcl(r) => (acl::read_get(tree, r), vec![]),
+        ReadOp::Sync(r) => (
+            Ok(Some(Res::Sync(pb::SyncResponse {
+                path: r.path.clone(),
+            }))),
+            vec![],
+        ),
+        ReadOp::AddWatch(r) => (watches::add(watches, conn, r), vec![]),
+        ReadOp::RemoveWatches(r) => (watches::remove(watches, conn, r), vec![]),
+        ReadOp::SetWatches(r) => {
+            let events = watches::set(tree, watches, conn, r);
+            (Ok(None), events)
+        }
+    }
+}
+
+/// Turns the applied result of `txn` into the wire answer.
+pub fn write_response(result: TxnResult, txn: &Txn) -> Result<Option<Res>, Failure> {
+    match result {
+        TxnResult::Create(r) => r
+            .map(|(path, stat)| {
+                Some(Res::Create(pb::CreateResponse {
+                    path,
+                    stat: Some(stat),
+                }))
+            })
+            .map_err(Failure::from),
+        TxnResult::Delete(r) => r.map(|()| None).map_err(Failure::from),
+        TxnResult::SetData(r) | TxnResult::SetAcl(r) => r
+            .map(|stat| Some(Res::Stat(pb::StatResponse { stat: Some(stat) })))
+            .map_err(Failure::from),
+        TxnResult::Multi(outcome) => {
+            let count = match &txn.kind {
+                Some(crate::proto::txn::Kind::Multi(m)) => m.ops.len(),
+                _ => 0,
+            };
+            multi::response(outcome, count)
+        }
+        TxnResult::SessionCreated
+        | TxnResult::SessionClosed { .. }
+        | TxnResult::GuardedDelete { .. }
+        | TxnResult::Noop => Ok(None),
+    }
+}
+
+fn check_path(p: &str) -> Result<(), Failure> {
+    path::validate(p).map_err(|e| Failure::new(ErrorCode::InvalidPath, e.to_string()))
+}
+
+fn check_version(version: Option<i32>, p: &str) -> Result<(), Failure> {
+    match version {
+        Some(v) if v < 0 => Err(Failure::new(
+            ErrorCode::BadArguments,
+            format!("{p}: version {v} is negative (omit it to match any version)"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn check_data(data: &[u8], p: &str) -> Result<(), Failure> {
+    if data.len() > DATA_BYTES_MAX {
+        return Err(Failure::new(
+            ErrorCode::DataTooLarge,
+            format!("{p}: {} bytes exceeds the limit of {DATA_BYTES_MAX}", data.len()),
+        ));
+    }
+    Ok(())
+}
+
+fn check_acl(acl: &[pb::Acl], p: &str) -> Result<(), Failure> {
+    for a in acl {
+        if a.perms & !warden_protocol::perms::ALL != 0 || a.scheme.is_empty() {
+            return Err(Failure::new(
+                ErrorCode::InvalidAcl,
+                format!("{p}: invalid ACL entry {}:{} perms {}", a.scheme, a.id, a.perms),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reject_code(op: Op) -> ErrorCode {
+        match plan(op, 1) {
+            Plan::Reject(f) => f.code,
+            other => panic!("expected a rejection, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_input_is_rejected_before_the_log() {
+        assert_eq!(
+            reject_code(Op::GetData(pb::GetDataRequest {
+                path: "a/b".into(),
+                ..Default::default()
+            })),
+            ErrorCode::InvalidPath
+        );
+        assert_eq!(
+            reject_code(Op::Create(pb::CreateRequest {
+                path: "/a".into(),
+                data: vec![0; DATA_BYTES_MAX + 1],
+                ..Default::default()
+            })),
+            ErrorCode::DataTooLarge
+        );
+        assert_eq!(
+            reject_code(Op::Create(pb::CreateRequest {
+                path: "/a".into(),
+                container: true,
+                ephemeral: true,
+                ..Default::default()
+            })),
+            ErrorCode::BadArguments
+        );
+        assert_eq!(
+            reject_code(Op::SetData(pb::SetDataRequest {
+                path: "/a/".into(),
+                ..Default::default()
+            })),
+            ErrorCode::InvalidPath
+        );
+        assert_eq!(
+            reject_code(Op::Delete(pb::DeleteRequest {
+                path: "/".into(),
+                version: None
+            })),
+            ErrorCode::BadArguments
+        );
+    }
+
+    #[test]
+    fn reads_and_writes_are_planned() {
+        assert!(matches!(
+            plan(
+                Op::Create(pb::CreateRequest {
+                    path: "/a".into(),
+                    ..Default::default()
+                }),
+                1
+            ),
+            Plan::Write(_)
+        ));
+        assert!(matches!(
+            plan(
+                Op::GetData(pb::GetDataRequest {
+                    path: "/a".into(),
+                    linearizable: true,
+                    ..Default::default()
+                }),
+                1
+            ),
+            Plan::Read {
+                linearizable: true,
+                ..
+            }
+        ));
+    }
+}

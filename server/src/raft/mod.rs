@@ -1,0 +1,10 @@
+//! Raft: the log and hard state on disk ([`storage`]), the node that drives
+//! `raft::RawNode` through its Ready loop ([`node`]), and the bridge from
+//! raft-rs's slog logging into tracing ([`logger`]).
+
+pub mod logger;
+pub mod node;
+pub mod storage;
+
+pub use node::{RaftNode, ReadyHandler};
+pub use storage::{DiskStorage, StorageError};

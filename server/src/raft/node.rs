@@ -1,0 +1,241 @@
+//! The Raft node: one `raft::RawNode` over [`DiskStorage`], driven by the
+//! core task that owns it.
+//!
+//! [`RaftNode::on_ready`] is the Ready loop, written out in the order
+//! raft-rs documents, with the reason for each step. Everything that is not
+//! raft's business (applying entries to the tree, sending messages to peers,
+//! answering reads) is handed to a [`ReadyHandler`].
+
+use protobuf::Message as _;
+use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, Snapshot};
+use raft::{RawNode, ReadState, SoftState, StateRole};
+
+use super::logger::raft_logger;
+use super::storage::{DiskStorage, StorageError};
+
+/// What the node hands back to its owner while handling a Ready.
+pub trait ReadyHandler {
+    /// Messages for peers. Must not block.
+    fn send(&mut self, msgs: Vec<Message>);
+    /// A committed normal entry, in log order. Entries with empty data
+    /// (a new leader's first entry) are passed too, so the handler can
+    /// advance its applied index.
+    fn apply(&mut self, entry: &Entry);
+    /// A snapshot from the leader replaced the state machine.
+    fn restore(&mut self, snapshot: &Snapshot);
+    /// ReadIndex answers: serve each read once `applied >= index`.
+    fn read_states(&mut self, states: Vec<ReadState>);
+    /// This node's role or the known leader changed.
+    fn role_changed(&mut self, soft_state: &SoftState);
+}
+
+pub struct RaftTiming {
+    pub election_ticks: usize,
+    pub heartbeat_ticks: usize,
+}
+
+impl Default for RaftTiming {
+    fn default() -> Self {
+        Self {
+            election_ticks: 10,
+            heartbeat_ticks: 3,
+        }
+    }
+}
+
+pub struct RaftNode {
+    raw: RawNode<DiskStorage>,
+}
+
+impl RaftNode {
+    /// Starts the node. A brand-new storage is bootstrapped with `voters`;
+    /// `applied` is the index the state machine already holds (its snapshot).
+    pub fn open(
+        id: u64,
+        voters: Vec<u64>,
+        mut storage: DiskStorage,
+        timing: &RaftTiming,
+        applied: u64,
+    ) -> Result<Self, NodeError> {
+        if !storage.is_initialized() {
+            storage.bootstrap(voters.clone())?;
+        }
+        let config = raft::Config {
+            id,
+            election_tick: timing.election_ticks,
+            heartbeat_tick: timing.heartbeat_ticks,
+            applied,
+            max_size_per_msg: 1024 * 1024,
+            max_inflight_msgs: 256,
+            check_quorum: true,
+            pre_vote: true,
+            ..Default::default()
+        };
+        config.validate()?;
+        let mut raw = RawNode::new(&config, storage, &raft_logger())?;
+        // A group of one need not wait an election timeout to lead itself.
+        if voters == [id] && raw.raft.prs().conf().voters().ids().len() == 1 {
+            raw.campaign()?;
+        }
+        Ok(Self { raw })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.raw.raft.id
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.raw.raft.state == StateRole::Leader
+    }
+
+    pub fn leader_id(&self) -> u64 {
+        self.raw.raft.leader_id
+    }
+
+    pub fn tick(&mut self) -> bool {
+        self.raw.tick()
+    }
+
+    pub fn propose(&mut self, data: Vec<u8>) -> Result<(), raft::Error> {
+        self.raw.propose(vec![], data)
+    }
+
+    pub fn read_index(&mut self, ctx: Vec<u8>) {
+        self.raw.read_index(ctx)
+    }
+
+    pub fn step(&mut self, msg: Message) -> Result<(), raft::Error> {
+        self.raw.step(msg)
+    }
+
+    pub fn has_ready(&self) -> bool {
+        self.raw.has_ready()
+    }
+
+    pub fn storage(&self) -> &DiskStorage {
+        self.raw.store()
+    }
+
+    /// Stores a snapshot of the state machine at `applied` and drops the log
+    /// behind it.
+    pub fn compact(&mut self, applied: u64, data: Vec<u8>) -> Result<(), StorageError> {
+        self.raw.mut_store().compact_to_snapshot(applied, data)
+    }
+
+    /// Handles one Ready, in raft-rs's documented order.
+    pub fn on_ready(&mut self, handler: &mut impl ReadyHandler) -> Result<(), NodeError> {
+        if !self.raw.has_ready() {
+            return Ok(());
+        }
+        let mut ready = self.raw.ready();
+
+        if let Some(ss) = ready.ss() {
+            handler.role_changed(ss);
+        }
+
+        // 1. Messages that do not depend on our own persistence (a leader's
+        //    appends to followers) go out first, so followers write in
+        //    parallel with us.
+        if !ready.messages().is_empty() {
+            handler.send(ready.take_messages());
+        }
+
+        // 2. A snapshot from the leader replaces the state machine before
+        //    any entry after it is applied.
+        if !ready.snapshot().is_empty() {
+            let snap = ready.snapshot().clone();
+            self.raw.mut_store().apply_snapshot(snap.clone())?;
+            handler.restore(&snap);
+        }
+
+        // 3. Committed entries were persisted in an earlier Ready: apply them.
+        let committed = ready.take_committed_entries();
+        self.apply_committed(committed, handler)?;
+
+        // 4. New entries and the hard state go to disk, and one fsync covers
+        //    them all (group commit) before anything that promises they are
+        //    durable (votes, append acks) is sent.
+        let store = self.raw.mut_store();
+        let mut dirty = false;
+        if !ready.entries().is_empty() {
+            store.append(ready.entries())?;
+            dirty = true;
+        }
+        if let Some(hs) = ready.hs() {
+            store.set_hard_state(hs.clone())?;
+            dirty = true;
+        }
+        if dirty || ready.must_sync() {
+            store.sync()?;
+        }
+
+        // 5. Messages that must wait for persistence.
+        if !ready.persisted_messages().is_empty() {
+            handler.send(ready.take_persisted_messages());
+        }
+
+        // ReadIndex answers; the handler serves each when applied catches up.
+        if !ready.read_states().is_empty() {
+            handler.read_states(ready.take_read_states());
+        }
+
+        // 6. Advance: raft may now hand us newly committed entries (ours,
+        //    just persisted) and messages.
+        let mut light = self.raw.advance(ready);
+        if let Some(commit) = light.commit_index() {
+            self.raw.mut_store().set_commit(commit)?;
+        }
+        if !light.messages().is_empty() {
+            handler.send(light.take_messages());
+        }
+        let committed = light.take_committed_entries();
+        self.apply_committed(committed, handler)?;
+        self.raw.advance_apply();
+        Ok(())
+    }
+
+    fn apply_committed(
+        &mut self,
+        entries: Vec<Entry>,
+        handler: &mut impl ReadyHandler,
+    ) -> Result<(), NodeError> {
+        for entry in entries {
+            match entry.get_entry_type() {
+                EntryType::EntryNormal => handler.apply(&entry),
+                EntryType::EntryConfChange => {
+                    let cc = ConfChange::parse_from_bytes(&entry.data)
+                        .map_err(|e| NodeError::Corrupt(e.to_string()))?;
+                    let cs = self.raw.apply_conf_change(&cc)?;
+                    self.raw.mut_store().set_conf_state(cs)?;
+                    handler.apply(&empty_like(&entry));
+                }
+                EntryType::EntryConfChangeV2 => {
+                    let cc = ConfChangeV2::parse_from_bytes(&entry.data)
+                        .map_err(|e| NodeError::Corrupt(e.to_string()))?;
+                    let cs = self.raw.apply_conf_change(&cc)?;
+                    self.raw.mut_store().set_conf_state(cs)?;
+                    handler.apply(&empty_like(&entry));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A conf-change entry, as the state machine sees it: an index with no txn.
+fn empty_like(entry: &Entry) -> Entry {
+    let mut e = Entry::default();
+    e.index = entry.index;
+    e.term = entry.term;
+    e
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+    #[error("storage: {0}")]
+    Storage(#[from] StorageError),
+    #[error("corrupt log entry: {0}")]
+    Corrupt(String),
+}

@@ -1,0 +1,409 @@
+//! Raft's durable state in fjall: the log, the hard state, the conf state and
+//! the latest snapshot.
+//!
+//! Entries live on disk only (fjall's block cache keeps the hot tail in
+//! memory); what we keep in memory is the index/term bookkeeping raft asks
+//! for on every step. Writes go into fjall's journal without a sync; the
+//! raft task calls [`DiskStorage::sync`] once per Ready, so one fsync covers
+//! every entry and hard-state change of that batch (group commit).
+//!
+//! This module must never decide anything about the log's contents: it
+//! stores what raft hands it, in raft's order.
+
+use std::collections::VecDeque;
+use std::path::Path;
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use protobuf::Message as _;
+use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
+use raft::{GetEntriesContext, RaftState, StorageError as RaftStorageError};
+
+const KEY_HARD_STATE: &[u8] = b"hard_state";
+const KEY_CONF_STATE: &[u8] = b"conf_state";
+const KEY_SNAPSHOT: &[u8] = b"snapshot";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("fjall: {0}")]
+    Fjall(#[from] fjall::Error),
+    #[error("corrupt {what} on disk: {detail}")]
+    Corrupt { what: &'static str, detail: String },
+}
+
+fn corrupt(what: &'static str, e: impl std::fmt::Display) -> StorageError {
+    StorageError::Corrupt {
+        what,
+        detail: e.to_string(),
+    }
+}
+
+fn other(e: StorageError) -> raft::Error {
+    raft::Error::Store(RaftStorageError::Other(Box::new(e)))
+}
+
+/// Raft storage backed by fjall. Owned by the raft task (through `RawNode`).
+pub struct DiskStorage {
+    db: Database,
+    log: Keyspace,
+    meta: Keyspace,
+    hard_state: HardState,
+    conf_state: ConfState,
+    /// Metadata of the latest snapshot: the log starts right after it.
+    snapshot_meta: SnapshotMetadata,
+    /// Terms of the entries in the log, `terms[0]` is `snapshot_meta.index + 1`.
+    terms: VecDeque<u64>,
+}
+
+fn log_key(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+impl DiskStorage {
+    /// Opens (or creates) the storage under `dir`, loading the hard state,
+    /// conf state, snapshot metadata and the terms of the log.
+    pub fn open(dir: &Path) -> Result<Self, StorageError> {
+        let db = Database::builder(dir).open()?;
+        let log = db.keyspace("raft_log", KeyspaceCreateOptions::default)?;
+        let meta = db.keyspace("raft_meta", KeyspaceCreateOptions::default)?;
+        let hard_state = match meta.get(KEY_HARD_STATE)? {
+            Some(v) => HardState::parse_from_bytes(&v).map_err(|e| corrupt("hard state", e))?,
+            None => HardState::default(),
+        };
+        let conf_state = match meta.get(KEY_CONF_STATE)? {
+            Some(v) => ConfState::parse_from_bytes(&v).map_err(|e| corrupt("conf state", e))?,
+            None => ConfState::default(),
+        };
+        let snapshot_meta = match meta.get(KEY_SNAPSHOT)? {
+            Some(v) => Snapshot::parse_from_bytes(&v)
+                .map_err(|e| corrupt("snapshot", e))?
+                .take_metadata(),
+            None => SnapshotMetadata::default(),
+        };
+        let mut terms = VecDeque::new();
+        let mut expected = snapshot_meta.index + 1;
+        for kv in log.range(log_key(expected)..) {
+            let (_, value) = kv.into_inner()?;
+            let entry = Entry::parse_from_bytes(&value).map_err(|e| corrupt("log entry", e))?;
+            if entry.index != expected {
+                return Err(corrupt(
+                    "log",
+                    format!("expected entry {expected}, found {}", entry.index),
+                ));
+            }
+            terms.push_back(entry.term);
+            expected += 1;
+        }
+        Ok(Self {
+            db,
+            log,
+            meta,
+            hard_state,
+            conf_state,
+            snapshot_meta,
+            terms,
+        })
+    }
+
+    /// True once a conf state has been stored (the node was bootstrapped).
+    pub fn is_initialized(&self) -> bool {
+        !self.conf_state.voters.is_empty() || self.snapshot_meta.index > 0
+    }
+
+    /// First start of a brand-new node: record the initial voters.
+    pub fn bootstrap(&mut self, voters: Vec<u64>) -> Result<(), StorageError> {
+        let mut cs = ConfState::default();
+        cs.voters = voters;
+        self.set_conf_state(cs)?;
+        self.sync()
+    }
+
+    pub fn hard_state(&self) -> &HardState {
+        &self.hard_state
+    }
+
+    pub fn snapshot_index(&self) -> u64 {
+        self.snapshot_meta.index
+    }
+
+    /// Appends entries (which may replace a conflicting suffix). Not synced.
+    pub fn append(&mut self, entries: &[Entry]) -> Result<(), StorageError> {
+        let Some(first) = entries.first() else {
+            return Ok(());
+        };
+        let first_index = first.index;
+        debug_assert!(first_index > self.snapshot_meta.index, "append below snapshot");
+        let mut batch = self.db.batch();
+        // Drop the conflicting suffix, if any.
+        let last = self.last();
+        if first_index <= last {
+            for index in first_index..=last {
+                batch.remove(&self.log, log_key(index));
+            }
+            let keep = (first_index - self.snapshot_meta.index - 1) as usize;
+            self.terms.truncate(keep);
+        }
+        for entry in entries {
+            let bytes = entry.write_to_bytes().map_err(|e| corrupt("entry", e))?;
+            batch.insert(&self.log, log_key(entry.index), bytes);
+            self.terms.push_back(entry.term);
+        }
+        batch.commit()?;
+        Ok(())
+    }
+
+    pub fn set_hard_state(&mut self, hs: HardState) -> Result<(), StorageError> {
+        let bytes = hs.write_to_bytes().map_err(|e| corrupt("hard state", e))?;
+        self.meta.insert(KEY_HARD_STATE, bytes)?;
+        self.hard_state = hs;
+        Ok(())
+    }
+
+    pub fn set_commit(&mut self, commit: u64) -> Result<(), StorageError> {
+        let mut hs = self.hard_state.clone();
+        hs.commit = commit;
+        self.set_hard_state(hs)
+    }
+
+    pub fn set_conf_state(&mut self, cs: ConfState) -> Result<(), StorageError> {
+        let bytes = cs.write_to_bytes().map_err(|e| corrupt("conf state", e))?;
+        self.meta.insert(KEY_CONF_STATE, bytes)?;
+        self.conf_state = cs;
+        Ok(())
+    }
+
+    /// One fsync for everything written since the last one.
+    pub fn sync(&self) -> Result<(), StorageError> {
+        self.db.persist(PersistMode::SyncAll)?;
+        Ok(())
+    }
+
+    /// Stores a snapshot of the state machine at `index` taken by this node,
+    /// then drops the log up to it. Synced before the log is dropped, so a
+    /// crash in between leaves either the old snapshot + full log or the new
+    /// snapshot.
+    pub fn compact_to_snapshot(&mut self, index: u64, data: Vec<u8>) -> Result<(), StorageError> {
+        if index <= self.snapshot_meta.index {
+            return Ok(());
+        }
+        let term = self.term_of(index).ok_or_else(|| {
+            corrupt("snapshot", format!("index {index} is not in the log"))
+        })?;
+        let mut snap = Snapshot::default();
+        snap.data = data.into();
+        let meta = snap.mut_metadata();
+        meta.index = index;
+        meta.term = term;
+        meta.set_conf_state(self.conf_state.clone());
+        self.write_snapshot(&snap)?;
+        self.sync()?;
+        let mut batch = self.db.batch();
+        for i in self.snapshot_meta.index + 1..=index {
+            batch.remove(&self.log, log_key(i));
+        }
+        batch.commit()?;
+        let dropped = (index - self.snapshot_meta.index) as usize;
+        self.terms.drain(..dropped.min(self.terms.len()));
+        self.snapshot_meta = snap.take_metadata();
+        Ok(())
+    }
+
+    /// Installs a snapshot received from the leader: it replaces the log.
+    pub fn apply_snapshot(&mut self, mut snap: Snapshot) -> Result<(), StorageError> {
+        let meta = snap.get_metadata().clone();
+        if meta.index <= self.snapshot_meta.index {
+            return Ok(());
+        }
+        self.write_snapshot(&snap)?;
+        let mut batch = self.db.batch();
+        for i in self.snapshot_meta.index + 1..=self.last() {
+            batch.remove(&self.log, log_key(i));
+        }
+        batch.commit()?;
+        self.terms.clear();
+        let mut hs = self.hard_state.clone();
+        hs.term = hs.term.max(meta.term);
+        hs.commit = hs.commit.max(meta.index);
+        self.set_hard_state(hs)?;
+        self.set_conf_state(meta.get_conf_state().clone())?;
+        self.snapshot_meta = snap.take_metadata();
+        self.sync()
+    }
+
+    /// The stored snapshot (metadata + state machine data), if any.
+    pub fn load_snapshot(&self) -> Result<Option<Snapshot>, StorageError> {
+        match self.meta.get(KEY_SNAPSHOT)? {
+            Some(v) => Ok(Some(
+                Snapshot::parse_from_bytes(&v).map_err(|e| corrupt("snapshot", e))?,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    fn write_snapshot(&self, snap: &Snapshot) -> Result<(), StorageError> {
+        let bytes = snap.write_to_bytes().map_err(|e| corrupt("snapshot", e))?;
+        self.meta.insert(KEY_SNAPSHOT, bytes)?;
+        Ok(())
+    }
+
+    fn first(&self) -> u64 {
+        self.snapshot_meta.index + 1
+    }
+
+    fn last(&self) -> u64 {
+        self.snapshot_meta.index + self.terms.len() as u64
+    }
+
+    fn term_of(&self, index: u64) -> Option<u64> {
+        if index == self.snapshot_meta.index {
+            return Some(self.snapshot_meta.term);
+        }
+        if index < self.first() || index > self.last() {
+            return None;
+        }
+        self.terms.get((index - self.first()) as usize).copied()
+    }
+}
+
+impl raft::Storage for DiskStorage {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        Ok(RaftState {
+            hard_state: self.hard_state.clone(),
+            conf_state: self.conf_state.clone(),
+        })
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        _context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        if low < self.first() {
+            return Err(raft::Error::Store(RaftStorageError::Compacted));
+        }
+        if high > self.last() + 1 {
+            return Err(raft::Error::Store(RaftStorageError::Unavailable));
+        }
+        let max_size = max_size.into().unwrap_or(u64::MAX);
+        let mut out = Vec::with_capacity((high - low) as usize);
+        let mut size = 0u64;
+        for kv in self.log.range(log_key(low)..log_key(high)) {
+            let (_, value) = kv.into_inner().map_err(|e| other(e.into()))?;
+            size += value.len() as u64;
+            // Always return at least one entry, as raft requires.
+            if !out.is_empty() && size > max_size {
+                break;
+            }
+            let entry = Entry::parse_from_bytes(&value).map_err(|e| other(corrupt("log entry", e)))?;
+            out.push(entry);
+        }
+        if out.is_empty() && high > low {
+            return Err(raft::Error::Store(RaftStorageError::Unavailable));
+        }
+        Ok(out)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        if idx < self.snapshot_meta.index {
+            return Err(raft::Error::Store(RaftStorageError::Compacted));
+        }
+        self.term_of(idx)
+            .ok_or(raft::Error::Store(RaftStorageError::Unavailable))
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        Ok(self.first())
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        Ok(self.last())
+    }
+
+    fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        // Snapshots are taken by the raft task as it applies; a follower far
+        // enough behind gets the latest one, and raft catches it up with the
+        // log after it.
+        match self.load_snapshot() {
+            Ok(Some(snap)) => Ok(snap),
+            Ok(None) => Err(raft::Error::Store(
+                RaftStorageError::SnapshotTemporarilyUnavailable,
+            )),
+            Err(e) => Err(other(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raft::Storage;
+
+    fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
+        let mut e = Entry::default();
+        e.index = index;
+        e.term = term;
+        e.data = data.to_vec().into();
+        e
+    }
+
+    #[test]
+    fn entries_hard_state_and_snapshot_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = DiskStorage::open(dir.path()).unwrap();
+            assert!(!s.is_initialized());
+            s.bootstrap(vec![1]).unwrap();
+            s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b"), entry(3, 2, b"c")])
+                .unwrap();
+            let mut hs = HardState::default();
+            hs.term = 2;
+            hs.commit = 3;
+            s.set_hard_state(hs).unwrap();
+            s.sync().unwrap();
+            s.compact_to_snapshot(2, b"tree@2".to_vec()).unwrap();
+        }
+        let s = DiskStorage::open(dir.path()).unwrap();
+        assert!(s.is_initialized());
+        assert_eq!(s.initial_state().unwrap().hard_state.commit, 3);
+        assert_eq!(s.initial_state().unwrap().conf_state.voters, vec![1]);
+        assert_eq!(s.first_index().unwrap(), 3);
+        assert_eq!(s.last_index().unwrap(), 3);
+        assert_eq!(s.term(2).unwrap(), 1);
+        assert_eq!(s.term(3).unwrap(), 2);
+        assert!(s.term(1).is_err());
+        let got = s.entries(3, 4, None, GetEntriesContext::empty(false)).unwrap();
+        assert_eq!(got, vec![entry(3, 2, b"c")]);
+        let snap = s.load_snapshot().unwrap().unwrap();
+        assert_eq!(&snap.data[..], b"tree@2");
+        assert_eq!(snap.get_metadata().index, 2);
+    }
+
+    #[test]
+    fn append_replaces_conflicting_suffix() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = DiskStorage::open(dir.path()).unwrap();
+        s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b"), entry(3, 1, b"c")])
+            .unwrap();
+        s.append(&[entry(2, 2, b"B")]).unwrap();
+        assert_eq!(s.last_index().unwrap(), 2);
+        assert_eq!(s.term(2).unwrap(), 2);
+        let got = s.entries(1, 3, None, GetEntriesContext::empty(false)).unwrap();
+        assert_eq!(got, vec![entry(1, 1, b"a"), entry(2, 2, b"B")]);
+        drop(s);
+        let s = DiskStorage::open(dir.path()).unwrap();
+        assert_eq!(s.last_index().unwrap(), 2);
+    }
+
+    #[test]
+    fn entries_respect_max_size_but_return_at_least_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = DiskStorage::open(dir.path()).unwrap();
+        s.append(&[entry(1, 1, &[0; 100]), entry(2, 1, &[0; 100])])
+            .unwrap();
+        let got = s.entries(1, 3, Some(1), GetEntriesContext::empty(false)).unwrap();
+        assert_eq!(got.len(), 1);
+        let got = s.entries(1, 3, None, GetEntriesContext::empty(false)).unwrap();
+        assert_eq!(got.len(), 2);
+    }
+}

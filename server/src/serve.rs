@@ -1,0 +1,114 @@
+//! `warden serve`: start the core on its own thread, wait until it is ready
+//! (a leader is known and the log is replayed), then accept clients until
+//! shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{error, info, warn};
+
+use crate::config::Config;
+use crate::conn;
+use crate::core::{Core, CoreMsg, CoreState, CORE_QUEUE_MAX};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot start: {0}")]
+    Core(#[from] crate::core::CoreError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("the core stopped before it was ready; see the log above")]
+    CoreStopped,
+}
+
+/// Addresses actually bound (a port of 0 in the config is resolved here).
+#[derive(Debug, Clone, Copy)]
+pub struct Bound {
+    pub client: SocketAddr,
+}
+
+/// Runs a server until `shutdown` completes. `on_ready` is called once with
+/// the bound addresses when clients can connect.
+pub async fn serve(
+    cfg: Config,
+    shutdown: impl Future<Output = ()>,
+    on_ready: impl FnOnce(Bound),
+) -> Result<(), ServeError> {
+    let core = Core::open(cfg.clone())?;
+    let (core_tx, core_rx) = mpsc::channel::<CoreMsg>(CORE_QUEUE_MAX);
+    let (state_tx, mut state_rx) = watch::channel(CoreState::Starting);
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let core_thread = std::thread::Builder::new()
+        .name("warden-core".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a current-thread runtime builds");
+            rt.block_on(core.run(core_rx, state_tx, stop_rx))
+        })
+        .expect("spawning the core thread");
+
+    // Wait for the core to be ready before taking clients.
+    loop {
+        match *state_rx.borrow_and_update() {
+            CoreState::Ready => break,
+            CoreState::Stopped => return Err(ServeError::CoreStopped),
+            CoreState::Starting => {}
+        }
+        if state_rx.changed().await.is_err() {
+            return Err(ServeError::CoreStopped);
+        }
+    }
+
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|source| ServeError::Listen {
+            addr: cfg.listen,
+            source,
+        })?;
+    let client = listener.local_addr().map_err(|source| ServeError::Listen {
+        addr: cfg.listen,
+        source,
+    })?;
+    info!(%client, id = cfg.id, data_dir = %cfg.data_dir.display(), "listening");
+    on_ready(Bound { client });
+
+    tokio::pin!(shutdown);
+    let mut next_conn: u64 = 1;
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => {
+                info!("shutting down");
+                break;
+            }
+            changed = state_rx.changed() => {
+                if changed.is_err() || *state_rx.borrow() == CoreState::Stopped {
+                    error!("core stopped; shutting down");
+                    break;
+                }
+            }
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let conn = next_conn;
+                    next_conn += 1;
+                    tokio::spawn(conn::serve(stream, peer, conn, core_tx.clone()));
+                }
+                Err(e) => warn!(error = %e, "accept failed"),
+            }
+        }
+    }
+    let _ = stop_tx.send(());
+    drop(core_tx);
+    let joined = tokio::task::spawn_blocking(move || core_thread.join()).await;
+    match joined {
+        Ok(Ok(Ok(()))) => Ok(()),
+        Ok(Ok(Err(e))) => Err(ServeError::Core(e)),
+        _ => Err(ServeError::CoreStopped),
+    }
+}

@@ -1,0 +1,279 @@
+//! The DataTree: Warden's deterministic state machine.
+//!
+//! It owns the znodes and the replicated session table, and changes only in
+//! [`DataTree::apply`]. It must never read a clock, draw a random number or
+//! do I/O: every input (time, session ids, expiry decisions) travels inside
+//! the [`Txn`](crate::proto::Txn), so every replica that applies the same log
+//! holds the same tree, byte for byte.
+//!
+//! API CONTRACT (the rest of the server is written against exactly this):
+//!
+//! ```ignore
+//! DataTree::new() -> DataTree                      // just "/" (czxid 0, open ACL)
+//! tree.apply(zxid: u64, time_ms: i64, txn: &Txn) -> Applied
+//! tree.skip(zxid: u64)                             // an entry with no Txn (raft empty/conf entry)
+//! tree.applied_index() -> u64                      // last zxid given to apply/skip
+//! tree.get_data(path) -> Option<(&[u8], Stat)>
+//! tree.stat(path) -> Option<Stat>
+//! tree.children(path) -> Option<(Vec<String>, Stat)>  // names, sorted
+//! tree.acl(path) -> Option<(Vec<Acl>, Stat)>
+//! tree.session(id) -> Option<&SessionInfo>
+//! tree.sessions() -> impl Iterator<Item = (u64, &SessionInfo)>
+//! tree.ephemerals(session_id) -> Vec<String>       // sorted paths
+//! tree.node_count() -> usize
+//! tree.removal_candidates(now_ms: i64) -> Vec<GuardedDeleteTxn>
+//! tree.to_snapshot() -> Snapshot                   // proto::Snapshot
+//! DataTree::from_snapshot(&Snapshot) -> Result<DataTree, SnapshotError>
+//! tree.check_invariants() -> Result<(), String>     // full check, for tests
+//! ```
+//!
+//! Layout: `node.rs` holds one znode ([`Node`]), `txn.rs` is `apply` (with the
+//! undo log that makes a multi all-or-nothing), `snapshot.rs` converts to
+//! and from the snapshot format, `invariants.rs` is the full consistency
+//! check the tests run after every step.
+//!
+//! Besides the nodes, the tree keeps three indexes that `apply` updates in
+//! the same step as the node they describe: session id -> its ephemeral
+//! paths (so closing a session does not scan the tree), and the sets of
+//! container and TTL paths (so the leader's periodic removal check does
+//! not either). They are derived data: a snapshot does not store them and
+//! [`DataTree::from_snapshot`] rebuilds them.
+
+mod invariants;
+mod node;
+mod snapshot;
+mod txn;
+
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+
+use warden_protocol::path;
+use warden_protocol::pb::{Acl, Stat};
+
+use crate::proto::GuardedDeleteTxn;
+
+pub use node::{Node, SessionInfo};
+pub use snapshot::SnapshotError;
+pub use txn::{Applied, MultiOutcome, OpOutcome, TreeError, Trigger, TxnResult};
+
+/// The root path, which always exists and can never be deleted.
+pub const ROOT: &str = "/";
+
+/// The znode tree and the session table at `applied_index`.
+///
+/// Two trees that applied the same log compare equal (`PartialEq`), which is
+/// what the determinism tests check.
+#[derive(Clone, PartialEq)]
+pub struct DataTree {
+    /// Every node by full path. A `HashMap` is fine here: nothing iterates
+    /// it in an order that matters (snapshots sort, listings use the
+    /// parent's sorted child set).
+    nodes: HashMap<String, Node>,
+    /// Live sessions by id, sorted so that iteration is deterministic.
+    sessions: BTreeMap<u64, SessionInfo>,
+    /// Session id -> paths of its ephemeral nodes. A session without
+    /// ephemerals has no entry (so a rebuilt index compares equal).
+    ephemerals: BTreeMap<u64, BTreeSet<String>>,
+    /// Paths of container nodes.
+    containers: BTreeSet<String>,
+    /// Paths of nodes with a TTL.
+    ttls: BTreeSet<String>,
+    /// The zxid of the last log entry given to `apply` or `skip`.
+    applied_index: u64,
+}
+
+impl Default for DataTree {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// Written out rather than derived so that the output is sorted, which keeps
+// a failing property test's diff readable.
+impl fmt::Debug for DataTree {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let nodes: BTreeMap<&String, &Node> = self.nodes.iter().collect();
+        f.debug_struct("DataTree")
+            .field("applied_index", &self.applied_index)
+            .field("nodes", &nodes)
+            .field("sessions", &self.sessions)
+            .field("ephemerals", &self.ephemerals)
+            .field("containers", &self.containers)
+            .field("ttls", &self.ttls)
+            .finish()
+    }
+}
+
+impl DataTree {
+    /// A tree holding only the root, which has an all-zero stat and the
+    /// open ACL.
+    pub fn new() -> Self {
+        let mut nodes = HashMap::new();
+        nodes.insert(ROOT.to_string(), Node::root());
+        DataTree {
+            nodes,
+            sessions: BTreeMap::new(),
+            ephemerals: BTreeMap::new(),
+            containers: BTreeSet::new(),
+            ttls: BTreeSet::new(),
+            applied_index: 0,
+        }
+    }
+
+    /// The zxid of the last entry given to [`apply`](Self::apply) or
+    /// [`skip`](Self::skip).
+    pub fn applied_index(&self) -> u64 {
+        self.applied_index
+    }
+
+    /// The node at `path`, for callers that need more than one field.
+    pub fn node(&self, path: &str) -> Option<&Node> {
+        self.nodes.get(path)
+    }
+
+    pub fn get_data(&self, path: &str) -> Option<(&[u8], Stat)> {
+        self.nodes.get(path).map(|n| (n.data.as_slice(), n.stat()))
+    }
+
+    pub fn stat(&self, path: &str) -> Option<Stat> {
+        self.nodes.get(path).map(Node::stat)
+    }
+
+    /// Child names (not paths), sorted, and the parent's stat.
+    pub fn children(&self, path: &str) -> Option<(Vec<String>, Stat)> {
+        self.nodes
+            .get(path)
+            .map(|n| (n.children.iter().cloned().collect(), n.stat()))
+    }
+
+    pub fn acl(&self, path: &str) -> Option<(Vec<Acl>, Stat)> {
+        self.nodes.get(path).map(|n| (n.acl.clone(), n.stat()))
+    }
+
+    pub fn session(&self, id: u64) -> Option<&SessionInfo> {
+        self.sessions.get(&id)
+    }
+
+    /// Live sessions, by increasing id.
+    pub fn sessions(&self) -> impl Iterator<Item = (u64, &SessionInfo)> {
+        self.sessions.iter().map(|(id, info)| (*id, info))
+    }
+
+    /// Paths of the ephemeral nodes `session_id` owns, sorted.
+    pub fn ephemerals(&self, session_id: u64) -> Vec<String> {
+        self.ephemerals
+            .get(&session_id)
+            .map(|paths| paths.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Number of nodes, the root included.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The removals the leader should propose at `now_ms`, sorted by path:
+    /// every childless container that has had a child (cversion > 0), and
+    /// every childless TTL node unmodified for longer than its TTL. Each is
+    /// guarded by the node's current mzxid and pzxid, so it becomes a no-op
+    /// if the node changes before the removal applies.
+    ///
+    /// Reads only the container and TTL indexes, never the whole tree.
+    pub fn removal_candidates(&self, now_ms: i64) -> Vec<GuardedDeleteTxn> {
+        // The union of two sorted sets iterates in sorted order.
+        self.containers
+            .union(&self.ttls)
+            .filter_map(|path| {
+                let node = self.nodes.get(path)?;
+                if !node.children.is_empty() {
+                    return None;
+                }
+                let container_done = node.container && node.cversion > 0;
+                let ttl_expired = node.ttl_ms > 0 && ttl_expired(node, now_ms);
+                (container_done || ttl_expired).then(|| GuardedDeleteTxn {
+                    path: path.clone(),
+                    expected_mzxid: node.mzxid,
+                    expected_pzxid: node.pzxid,
+                })
+            })
+            .collect()
+    }
+
+    /// Adds `node` at `path` under its (existing) parent and indexes it.
+    /// Every insertion goes through here so that the parent's child set and
+    /// the indexes can never miss one.
+    fn insert_node(&mut self, path: String, node: Node) {
+        debug_assert!(path != ROOT, "the root is never inserted");
+        debug_assert!(node.children.is_empty(), "{path}: inserted with children");
+        match self.nodes.get_mut(path::parent(&path)) {
+            Some(parent) => {
+                let fresh = parent.children.insert(path::name(&path).to_string());
+                debug_assert!(fresh, "{path}: already a child of its parent");
+            }
+            None => debug_assert!(false, "{path}: inserted without a parent"),
+        }
+        self.index_insert(&path, &node);
+        let previous = self.nodes.insert(path, node);
+        debug_assert!(previous.is_none(), "inserted over an existing node");
+    }
+
+    /// Removes the childless node at `path` from its parent and the
+    /// indexes. The counterpart of [`insert_node`](Self::insert_node).
+    fn remove_node(&mut self, path: &str) -> Option<Node> {
+        debug_assert!(path != ROOT, "the root is never removed");
+        let node = self.nodes.remove(path)?;
+        debug_assert!(node.children.is_empty(), "{path}: removed with children");
+        if let Some(parent) = self.nodes.get_mut(path::parent(path)) {
+            let was_child = parent.children.remove(path::name(path));
+            debug_assert!(was_child, "{path}: not a child of its parent");
+        }
+        self.index_remove(path, &node);
+        Some(node)
+    }
+
+    fn index_insert(&mut self, path: &str, node: &Node) {
+        if node.ephemeral_owner != 0 {
+            self.ephemerals
+                .entry(node.ephemeral_owner)
+                .or_default()
+                .insert(path.to_string());
+        }
+        if node.container {
+            self.containers.insert(path.to_string());
+        }
+        if node.ttl_ms > 0 {
+            self.ttls.insert(path.to_string());
+        }
+    }
+
+    fn index_remove(&mut self, path: &str, node: &Node) {
+        if node.ephemeral_owner != 0 {
+            if let Some(paths) = self.ephemerals.get_mut(&node.ephemeral_owner) {
+                paths.remove(path);
+                // No empty entries: an index rebuilt from a snapshot has
+                // none, and the two must compare equal.
+                if paths.is_empty() {
+                    self.ephemerals.remove(&node.ephemeral_owner);
+                }
+            }
+        }
+        if node.container {
+            self.containers.remove(path);
+        }
+        if node.ttl_ms > 0 {
+            self.ttls.remove(path);
+        }
+    }
+}
+
+/// Whether a TTL node is past its lifetime: unmodified for more than
+/// `ttl_ms`. Computed in i128 so that a huge TTL (from the wire) or a
+/// far-future clock cannot overflow.
+fn ttl_expired(node: &Node, now_ms: i64) -> bool {
+    i128::from(now_ms) > i128::from(node.mtime_ms) + i128::from(node.ttl_ms)
+}

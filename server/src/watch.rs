@@ -1,0 +1,234 @@
+//! The watch registry of this server: which connection watches what.
+//!
+//! Watches are per server and in memory. They are registered by reads
+//! (one-shot data/exist/child watches) and by AddWatch (persistent and
+//! persistent-recursive), and fired by the triggers the tree returns when
+//! this server applies an entry. The registry only decides *who* gets an
+//! event; the core sends it, on the same queue as responses, which is what
+//! orders events before later responses.
+//!
+//! Firing rules (ZooKeeper 3.6's):
+//! - NodeCreated, NodeDataChanged: data/exist watches on the path.
+//! - NodeDeleted: data/exist and child watches on the path.
+//! - NodeChildrenChanged: child watches on the path (the parent).
+//! - Persistent watches get every event type of exactly their path.
+//! - Persistent-recursive watches get Created/Deleted/DataChanged of their
+//!   path and every descendant, never ChildrenChanged.
+//!
+//! One-shot watches are removed as they fire; each connection receives at
+//! most one copy of an event, however many of its watches match.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use warden_protocol::path;
+use warden_protocol::pb::{EventType, WatcherType};
+
+/// A client connection on this server.
+pub type ConnId = u64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WatchKind {
+    /// From get_data and exists: ZooKeeper keeps them in one table.
+    Data,
+    Child,
+    Persistent,
+    PersistentRecursive,
+}
+
+const KINDS: [WatchKind; 4] = [
+    WatchKind::Data,
+    WatchKind::Child,
+    WatchKind::Persistent,
+    WatchKind::PersistentRecursive,
+];
+
+#[derive(Debug, Default)]
+pub struct WatchRegistry {
+    by_path: HashMap<WatchKind, HashMap<String, HashSet<ConnId>>>,
+    /// Reverse index for cleanup when a connection closes.
+    by_conn: HashMap<ConnId, HashSet<(WatchKind, String)>>,
+}
+
+impl WatchRegistry {
+    pub fn add(&mut self, conn: ConnId, kind: WatchKind, path: &str) {
+        self.by_path
+            .entry(kind)
+            .or_default()
+            .entry(path.to_string())
+            .or_default()
+            .insert(conn);
+        self.by_conn
+            .entry(conn)
+            .or_default()
+            .insert((kind, path.to_string()));
+    }
+
+    /// Removes `conn`'s watches of the given type on `path`. Returns whether
+    /// any was there.
+    pub fn remove(&mut self, conn: ConnId, watcher_type: WatcherType, path: &str) -> bool {
+        let kinds: &[WatchKind] = match watcher_type {
+            WatcherType::Any => &KINDS,
+            WatcherType::Data => &[WatchKind::Data],
+            WatcherType::Children => &[WatchKind::Child],
+            WatcherType::Persistent => &[WatchKind::Persistent],
+            WatcherType::PersistentRecursive => &[WatchKind::PersistentRecursive],
+        };
+        let mut removed = false;
+        for &kind in kinds {
+            removed |= self.remove_one(conn, kind, path);
+        }
+        removed
+    }
+
+    fn remove_one(&mut self, conn: ConnId, kind: WatchKind, path: &str) -> bool {
+        let Some(paths) = self.by_path.get_mut(&kind) else {
+            return false;
+        };
+        let Some(conns) = paths.get_mut(path) else {
+            return false;
+        };
+        let removed = conns.remove(&conn);
+        if conns.is_empty() {
+            paths.remove(path);
+        }
+        if let Some(set) = self.by_conn.get_mut(&conn) {
+            set.remove(&(kind, path.to_string()));
+            if set.is_empty() {
+                self.by_conn.remove(&conn);
+            }
+        }
+        removed
+    }
+
+    /// Forgets every watch of a closed connection.
+    pub fn remove_conn(&mut self, conn: ConnId) {
+        let Some(set) = self.by_conn.remove(&conn) else {
+            return;
+        };
+        for (kind, path) in set {
+            if let Some(paths) = self.by_path.get_mut(&kind) {
+                if let Some(conns) = paths.get_mut(&path) {
+                    conns.remove(&conn);
+                    if conns.is_empty() {
+                        paths.remove(&path);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The connections to notify of `event` on `path`, each once, in a
+    /// stable order. One-shot watches that fire are removed.
+    pub fn fire(&mut self, event: EventType, path: &str) -> BTreeSet<ConnId> {
+        let mut out = BTreeSet::new();
+        match event {
+            EventType::NodeCreated | EventType::NodeDataChanged => {
+                self.take_oneshot(WatchKind::Data, path, &mut out);
+            }
+            EventType::NodeDeleted => {
+                self.take_oneshot(WatchKind::Data, path, &mut out);
+                self.take_oneshot(WatchKind::Child, path, &mut out);
+            }
+            EventType::NodeChildrenChanged => {
+                self.take_oneshot(WatchKind::Child, path, &mut out);
+            }
+            EventType::Unspecified => return out,
+        }
+        if let Some(conns) = self.watchers(WatchKind::Persistent, path) {
+            out.extend(conns.iter().copied());
+        }
+        if event != EventType::NodeChildrenChanged {
+            for p in std::iter::once(path).chain(path::ancestors(path)) {
+                if let Some(conns) = self.watchers(WatchKind::PersistentRecursive, p) {
+                    out.extend(conns.iter().copied());
+                }
+            }
+        }
+        out
+    }
+
+    fn watchers(&self, kind: WatchKind, path: &str) -> Option<&HashSet<ConnId>> {
+        self.by_path.get(&kind)?.get(path)
+    }
+
+    fn take_oneshot(&mut self, kind: WatchKind, path: &str, out: &mut BTreeSet<ConnId>) {
+        let Some(conns) = self.by_path.get_mut(&kind).and_then(|m| m.remove(path)) else {
+            return;
+        };
+        for conn in conns {
+            if let Some(set) = self.by_conn.get_mut(&conn) {
+                set.remove(&(kind, path.to_string()));
+                if set.is_empty() {
+                    self.by_conn.remove(&conn);
+                }
+            }
+            out.insert(conn);
+        }
+    }
+
+    /// Number of registered watches (all kinds), for status and tests.
+    pub fn len(&self) -> usize {
+        self.by_conn.values().map(HashSet::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_conn.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fired(r: &mut WatchRegistry, e: EventType, p: &str) -> Vec<ConnId> {
+        r.fire(e, p).into_iter().collect()
+    }
+
+    #[test]
+    fn oneshot_data_watch_fires_once() {
+        let mut r = WatchRegistry::default();
+        r.add(1, WatchKind::Data, "/a");
+        assert_eq!(fired(&mut r, EventType::NodeDataChanged, "/a"), vec![1]);
+        assert!(fired(&mut r, EventType::NodeDataChanged, "/a").is_empty());
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn routing_follows_zookeeper() {
+        let mut r = WatchRegistry::default();
+        r.add(1, WatchKind::Data, "/a");
+        r.add(2, WatchKind::Child, "/a");
+        assert_eq!(fired(&mut r, EventType::NodeChildrenChanged, "/a"), vec![2]);
+        r.add(2, WatchKind::Child, "/a");
+        assert_eq!(fired(&mut r, EventType::NodeDeleted, "/a"), vec![1, 2]);
+        r.add(1, WatchKind::Child, "/a");
+        assert!(fired(&mut r, EventType::NodeCreated, "/a").is_empty());
+    }
+
+    #[test]
+    fn persistent_and_recursive() {
+        let mut r = WatchRegistry::default();
+        r.add(1, WatchKind::Persistent, "/a");
+        r.add(2, WatchKind::PersistentRecursive, "/a");
+        assert_eq!(fired(&mut r, EventType::NodeChildrenChanged, "/a"), vec![1]);
+        assert_eq!(fired(&mut r, EventType::NodeCreated, "/a/b/c"), vec![2]);
+        assert_eq!(fired(&mut r, EventType::NodeDataChanged, "/a"), vec![1, 2]);
+        assert_eq!(fired(&mut r, EventType::NodeDataChanged, "/a"), vec![1, 2]);
+        assert!(fired(&mut r, EventType::NodeCreated, "/ab").is_empty());
+        assert!(r.remove(2, WatcherType::PersistentRecursive, "/a"));
+        assert!(!r.remove(2, WatcherType::PersistentRecursive, "/a"));
+        assert_eq!(fired(&mut r, EventType::NodeDataChanged, "/a"), vec![1]);
+    }
+
+    #[test]
+    fn one_copy_per_connection_and_cleanup() {
+        let mut r = WatchRegistry::default();
+        r.add(1, WatchKind::Data, "/a");
+        r.add(1, WatchKind::Persistent, "/a");
+        r.add(1, WatchKind::PersistentRecursive, "/");
+        assert_eq!(fired(&mut r, EventType::NodeDataChanged, "/a"), vec![1]);
+        r.remove_conn(1);
+        assert!(r.is_empty());
+        assert!(fired(&mut r, EventType::NodeDataChanged, "/a").is_empty());
+    }
+}
