@@ -123,7 +123,10 @@ mod tests {
         buf.put_u32(u32::MAX);
         let err = codec.decode(&mut buf).unwrap_err();
         assert!(matches!(err, FrameError::TooLarge { .. }), "{err}");
-        assert!(buf.capacity() < 1024, "must not reserve for a rejected frame");
+        assert!(
+            buf.capacity() < 1024,
+            "must not reserve for a rejected frame"
+        );
     }
 
     #[test]
@@ -132,10 +135,7 @@ mod tests {
         let mut buf = BytesMut::new();
         buf.put_u32(3);
         buf.put_slice(&[0xff, 0xff, 0xff]);
-        assert!(matches!(
-            codec.decode(&mut buf),
-            Err(FrameError::Decode(_))
-        ));
+        assert!(matches!(codec.decode(&mut buf), Err(FrameError::Decode(_))));
     }
 
     #[test]
@@ -148,7 +148,10 @@ mod tests {
         let mut part = BytesMut::from(&full[..full.len() - 1]);
         assert!(server.decode(&mut part).unwrap().is_none());
         part.extend_from_slice(&full[full.len() - 1..]);
-        assert_eq!(server.decode(&mut part).unwrap(), Some(get_frame(7, "/a".into())));
+        assert_eq!(
+            server.decode(&mut part).unwrap(),
+            Some(get_frame(7, "/a".into()))
+        );
         assert!(part.is_empty());
     }
 

@@ -115,14 +115,25 @@ mod tests {
 
     #[test]
     fn accepts_good_paths() {
-        for p in ["/", "/a", "/a/b", "/a-b_c.d/e f", "/zookeeper", "/a/.b", "/ünï"] {
+        for p in [
+            "/",
+            "/a",
+            "/a/b",
+            "/a-b_c.d/e f",
+            "/zookeeper",
+            "/a/.b",
+            "/ünï",
+        ] {
             assert_eq!(validate(p), Ok(()), "{p}");
         }
     }
 
     #[test]
     fn rejects_bad_paths() {
-        for p in ["", "a", "a/b", "/a/", "//", "/a//b", "/.", "/a/..", "/a/./b", "/a\0b", "/a\nb", "/\u{7f}"] {
+        for p in [
+            "", "a", "a/b", "/a/", "//", "/a//b", "/.", "/a/..", "/a/./b", "/a\0b", "/a\nb",
+            "/\u{7f}",
+        ] {
             assert!(validate(p).is_err(), "{p:?} should be rejected");
         }
     }
@@ -149,7 +160,10 @@ mod tests {
         assert_eq!(name("/"), "");
         assert_eq!(join("/", "a"), "/a");
         assert_eq!(join("/a", "b"), "/a/b");
-        assert_eq!(ancestors("/a/b/c").collect::<Vec<_>>(), vec!["/a/b", "/a", "/"]);
+        assert_eq!(
+            ancestors("/a/b/c").collect::<Vec<_>>(),
+            vec!["/a/b", "/a", "/"]
+        );
         assert_eq!(ancestors("/").count(), 0);
     }
 }

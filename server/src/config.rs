@@ -71,7 +71,9 @@ pub enum ConfigError {
     ZeroId,
     #[error("--tick-ms must be between 1 and 10000, got {0}")]
     Tick(u64),
-    #[error("--min-session-timeout-ms ({min}) must be > 0 and <= --max-session-timeout-ms ({max})")]
+    #[error(
+        "--min-session-timeout-ms ({min}) must be > 0 and <= --max-session-timeout-ms ({max})"
+    )]
     SessionTimeouts { min: u32, max: u32 },
     #[error("--snapshot-entries must be at least 1")]
     SnapshotEntries,
@@ -144,7 +146,9 @@ fn parse_peers(spec: &str, id: u64, peer_listen: &SocketAddr) -> Result<Vec<Peer
         });
     }
     if !peers.iter().any(|p| p.id == id) {
-        return Err(ConfigError::Peers(format!("this server's id {id} is not listed")));
+        return Err(ConfigError::Peers(format!(
+            "this server's id {id} is not listed"
+        )));
     }
     peers.sort_by_key(|p| p.id);
     Ok(peers)
@@ -171,7 +175,13 @@ mod tests {
     fn defaults_make_a_single_node() {
         let c = parse(&[]).unwrap();
         assert_eq!(c.id, 1);
-        assert_eq!(c.peers, vec![Peer { id: 1, addr: "127.0.0.1:7100".into() }]);
+        assert_eq!(
+            c.peers,
+            vec![Peer {
+                id: 1,
+                addr: "127.0.0.1:7100".into()
+            }]
+        );
         assert_eq!(c.tick, Duration::from_millis(100));
     }
 
@@ -179,10 +189,19 @@ mod tests {
     fn peers_are_parsed_and_checked() {
         let c = parse(&["--id", "2", "--peers", "1=a:1, 2=b:2,3=c:3"]).unwrap();
         assert_eq!(c.peers.len(), 3);
-        assert!(parse(&["--peers", "2=b:2"]).unwrap_err().to_string().contains("id 1 is not listed"));
+        assert!(parse(&["--peers", "2=b:2"])
+            .unwrap_err()
+            .to_string()
+            .contains("id 1 is not listed"));
         assert!(parse(&["--peers", "x=b:2"]).is_err());
         assert!(parse(&["--peers", "1=a:1,1=b:2"]).is_err());
         assert!(parse(&["--id", "0"]).is_err());
-        assert!(parse(&["--min-session-timeout-ms", "5", "--max-session-timeout-ms", "4"]).is_err());
+        assert!(parse(&[
+            "--min-session-timeout-ms",
+            "5",
+            "--max-session-timeout-ms",
+            "4"
+        ])
+        .is_err());
     }
 }

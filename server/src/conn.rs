@@ -2,9 +2,10 @@
 //! what the core queues for us, in order.
 //!
 //! The reader half runs in this task; a writer task drains the outbound
-//! queue. The core holds a sender to that queue for as long as it considers
-//! the connection open; when it drops it (session closed or expired, slow
-//! client) the writer flushes what is queued and closes the socket.
+//! queue. When the core is done with the connection (session closed or
+//! expired, connect refused, slow client) it cancels the connection's token:
+//! we stop reading, and the writer flushes what is queued and closes the
+//! socket.
 //!
 //! Bad input never reaches the core: a frame that is oversized or does not
 //! decode gets one error answer naming the problem, then the connection is
@@ -67,16 +68,31 @@ async fn run(stream: TcpStream, peer: SocketAddr, conn: ConnId, core: mpsc::Send
             kind: Some(Kind::Connect(c)),
         }))) => Some(c),
         Ok(Some(Ok(_))) => {
-            refuse(&out_tx, ErrorCode::MarshallingError, "the first frame must be a ConnectRequest".into()).await;
+            refuse(
+                &out_tx,
+                ErrorCode::MarshallingError,
+                "the first frame must be a ConnectRequest".into(),
+            )
+            .await;
             None
         }
         Ok(Some(Err(e))) => {
-            refuse(&out_tx, ErrorCode::MarshallingError, frame_error_message(&e)).await;
+            refuse(
+                &out_tx,
+                ErrorCode::MarshallingError,
+                frame_error_message(&e),
+            )
+            .await;
             None
         }
         Ok(None) => None,
         Err(_) => {
-            refuse(&out_tx, ErrorCode::OperationTimeout, "no ConnectRequest within 10 s".into()).await;
+            refuse(
+                &out_tx,
+                ErrorCode::OperationTimeout,
+                "no ConnectRequest within 10 s".into(),
+            )
+            .await;
             None
         }
     };
@@ -85,11 +101,13 @@ async fn run(stream: TcpStream, peer: SocketAddr, conn: ConnId, core: mpsc::Send
         let _ = writer_task.await;
         return;
     };
+    let closed_by_core = CancellationToken::new();
     if core
         .send(CoreMsg::Open {
             conn,
             peer,
             out: out_tx.clone(),
+            closed: closed_by_core.clone(),
             connect,
         })
         .await
@@ -101,6 +119,7 @@ async fn run(stream: TcpStream, peer: SocketAddr, conn: ConnId, core: mpsc::Send
     loop {
         tokio::select! {
             _ = writer_done.cancelled() => break,
+            _ = closed_by_core.cancelled() => break,
             frame = reader.next() => match frame {
                 None => break,
                 Some(Ok(pb::ClientFrame { kind: Some(Kind::Request(request)) })) => {

@@ -27,6 +27,7 @@ use prost::Message as _;
 use raft::eraftpb::{Entry, Message as RaftMessage, Snapshot as RaftSnapshot};
 use raft::{ReadState, SoftState, StateRole};
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 use warden_protocol::pb::{self, response::Result as Res, ErrorCode, SessionState};
 
@@ -59,6 +60,8 @@ pub enum CoreMsg {
         conn: ConnId,
         peer: SocketAddr,
         out: mpsc::Sender<pb::ServerFrame>,
+        /// Cancelled by the core when it is done with the connection.
+        closed: CancellationToken,
         connect: pb::ConnectRequest,
     },
     /// A request on an open connection.
@@ -114,6 +117,7 @@ enum ReadIndexWait {
 struct Conn {
     peer: SocketAddr,
     out: mpsc::Sender<pb::ServerFrame>,
+    closed: CancellationToken,
     session: Option<u64>,
     queue: VecDeque<Slot>,
 }
@@ -176,7 +180,11 @@ impl Core {
                     .map_err(|e| CoreError::Snapshot(e.to_string()))?;
                 let tree = DataTree::from_snapshot(&decoded)
                     .map_err(|e| CoreError::Snapshot(e.to_string()))?;
-                info!(index = tree.applied_index(), nodes = tree.node_count(), "restored snapshot");
+                info!(
+                    index = tree.applied_index(),
+                    nodes = tree.node_count(),
+                    "restored snapshot"
+                );
                 tree
             }
             None => DataTree::new(),
@@ -238,15 +246,21 @@ impl Core {
                 break Err(e);
             }
             if *state.borrow() == CoreState::Starting && self.is_ready() {
-                info!(leader = self.m.leader_id, applied = self.m.tree.applied_index(), "ready");
+                info!(
+                    leader = self.m.leader_id,
+                    applied = self.m.tree.applied_index(),
+                    "ready"
+                );
                 let _ = state.send(CoreState::Ready);
             }
         };
         if let Err(e) = &result {
             error!(error = %e, "core stopped");
         }
-        // Dropping the connections' senders lets their writers drain and close.
-        self.m.conns.clear();
+        // Let every connection's writer drain and close.
+        for (_, c) in self.m.conns.drain() {
+            c.closed.cancel();
+        }
         let _ = self.raft.storage().sync();
         let _ = state.send(CoreState::Stopped);
         result
@@ -269,7 +283,12 @@ impl Core {
             let bytes = data.len();
             self.raft.compact(applied, data)?;
             self.last_snapshot_index = applied;
-            info!(index = applied, bytes, took_ms = started.elapsed().as_millis() as u64, "snapshot taken, log compacted");
+            info!(
+                index = applied,
+                bytes,
+                took_ms = started.elapsed().as_millis() as u64,
+                "snapshot taken, log compacted"
+            );
         }
         Ok(())
     }
@@ -318,7 +337,10 @@ impl Core {
         };
         self.raft.propose(proposal.encode_to_vec()).map_err(|e| {
             debug!(error = %e, "proposal dropped");
-            Failure::new(ErrorCode::NotReady, format!("no leader to accept the write ({e})"))
+            Failure::new(
+                ErrorCode::NotReady,
+                format!("no leader to accept the write ({e})"),
+            )
         })
     }
 
@@ -333,8 +355,9 @@ impl Core {
                 conn,
                 peer,
                 out,
+                closed,
                 connect,
-            } => self.open_conn(conn, peer, out, connect),
+            } => self.open_conn(conn, peer, out, closed, connect),
             CoreMsg::Request { conn, request } => self.request(conn, request),
             CoreMsg::Closed { conn } => self.m.drop_conn(conn, "connection closed"),
         }
@@ -345,6 +368,7 @@ impl Core {
         conn: ConnId,
         peer: SocketAddr,
         out: mpsc::Sender<pb::ServerFrame>,
+        closed: CancellationToken,
         c: pb::ConnectRequest,
     ) {
         let m = &mut self.m;
@@ -353,6 +377,7 @@ impl Core {
             Conn {
                 peer,
                 out,
+                closed,
                 session: None,
                 queue: VecDeque::new(),
             },
@@ -396,7 +421,10 @@ impl Core {
         }
         // Resume.
         let id = c.session_id;
-        let known = m.tree.session(id).map(|s| (s.password == c.password, s.timeout_ms));
+        let known = m
+            .tree
+            .session(id)
+            .map(|s| (s.password == c.password, s.timeout_ms));
         match known {
             Some((true, timeout_ms)) => {
                 if let Some(old) = m.session_conn.insert(id, conn) {
@@ -435,7 +463,10 @@ impl Core {
         let xid = request.xid;
         let Some(session_id) = c.session else {
             // Requests before the session is established are out of order.
-            let f = Failure::new(ErrorCode::MarshallingError, "request before the session was established");
+            let f = Failure::new(
+                ErrorCode::MarshallingError,
+                "request before the session was established",
+            );
             self.m.enqueue(conn, Slot::Done(error_frame(xid, 0, f)));
             self.m.flush(conn);
             return;
@@ -470,7 +501,11 @@ impl Core {
                 } else {
                     ReadIndexWait::None
                 };
-                Slot::Read { xid, op, read_index }
+                Slot::Read {
+                    xid,
+                    op,
+                    read_index,
+                }
             }
             Plan::Write(txn) => self.write_slot(conn, xid, txn),
             Plan::Close => {
@@ -591,6 +626,9 @@ impl Machine {
             return;
         };
         debug!(conn, peer = %c.peer, why, "connection dropped");
+        // The connection task stops reading and its writer drains what we
+        // queued, then closes the socket.
+        c.closed.cancel();
         self.watches.remove_conn(conn);
         if let Some(s) = c.session {
             if self.session_conn.get(&s) == Some(&conn) {
@@ -638,7 +676,12 @@ impl Machine {
     }
 
     /// Fills the queue slot of a write that just applied.
-    fn complete_write(&mut self, conn: ConnId, request_id: u64, frame_of: impl FnOnce(u64) -> pb::ServerFrame) {
+    fn complete_write(
+        &mut self,
+        conn: ConnId,
+        request_id: u64,
+        frame_of: impl FnOnce(u64) -> pb::ServerFrame,
+    ) {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
@@ -793,7 +836,10 @@ impl ReadyHandler for Machine {
             .and_then(|s| DataTree::from_snapshot(&s).map_err(|e| e.to_string()))
         {
             Ok(tree) => {
-                info!(index = tree.applied_index(), "state machine replaced by leader snapshot");
+                info!(
+                    index = tree.applied_index(),
+                    "state machine replaced by leader snapshot"
+                );
                 self.tree = tree;
             }
             Err(e) => error!(error = %e, "leader snapshot unreadable"),

@@ -8,7 +8,11 @@ use tracing_subscriber::EnvFilter;
 use warden_server::config::ServeArgs;
 
 #[derive(Parser)]
-#[command(name = "warden", version, about = "Warden: a coordination service (znodes, sessions, watches) replicated with Raft")]
+#[command(
+    name = "warden",
+    version,
+    about = "Warden: a coordination service (znodes, sessions, watches) replicated with Raft"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -25,7 +29,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            EnvFilter::try_from_env("WARDEN_LOG").unwrap_or_else(|_| EnvFilter::new("info,fjall=warn,lsm_tree=warn")),
+            EnvFilter::try_from_env("WARDEN_LOG")
+                .unwrap_or_else(|_| EnvFilter::new("info,fjall=warn,lsm_tree=warn")),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -124,7 +124,10 @@ impl Server {
             cmd.arg("--snapshot-entries").arg(n.to_string());
         }
         cmd.args(&self.opts.extra_args)
-            .env("WARDEN_LOG", "info,warden_server=debug,fjall=warn,lsm_tree=warn")
+            .env(
+                "WARDEN_LOG",
+                "info,warden_server=debug,fjall=warn,lsm_tree=warn",
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log));
@@ -208,7 +211,10 @@ pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool)
     let deadline = Instant::now() + timeout;
     let mut pause = Duration::from_millis(5);
     while !cond() {
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(100));
     }

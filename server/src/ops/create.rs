@@ -1,7 +1,7 @@
 //! create: persistent, ephemeral, sequential, container and TTL nodes.
 
-use warden_protocol::pb::{self, ErrorCode};
 use warden_protocol::path;
+use warden_protocol::pb::{self, ErrorCode};
 
 use super::{check_acl, check_data, Failure};
 use crate::proto::{txn::Kind, CreateTxn, Txn};
@@ -17,13 +17,19 @@ pub(super) fn validate(r: &pb::CreateRequest, session_id: u64) -> Result<CreateT
     if r.container && (r.ephemeral || r.sequential || r.ttl_ms > 0) {
         return Err(Failure::new(
             ErrorCode::BadArguments,
-            format!("{}: a container node cannot also be ephemeral, sequential or TTL", r.path),
+            format!(
+                "{}: a container node cannot also be ephemeral, sequential or TTL",
+                r.path
+            ),
         ));
     }
     if r.ttl_ms > TTL_MS_MAX {
         return Err(Failure::new(
             ErrorCode::BadArguments,
-            format!("{}: ttl_ms {} exceeds the limit of {TTL_MS_MAX}", r.path, r.ttl_ms),
+            format!(
+                "{}: ttl_ms {} exceeds the limit of {TTL_MS_MAX}",
+                r.path, r.ttl_ms
+            ),
         ));
     }
     Ok(CreateTxn {

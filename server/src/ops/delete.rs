@@ -8,7 +8,10 @@ use crate::proto::{txn::Kind, DeleteTxn, Txn};
 pub(super) fn validate(r: &pb::DeleteRequest) -> Result<DeleteTxn, Failure> {
     check_path(&r.path)?;
     if r.path == "/" {
-        return Err(Failure::new(ErrorCode::BadArguments, "/: the root cannot be deleted"));
+        return Err(Failure::new(
+            ErrorCode::BadArguments,
+            "/: the root cannot be deleted",
+        ));
     }
     check_version(r.version, &r.path)?;
     Ok(DeleteTxn {

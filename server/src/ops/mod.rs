@@ -206,7 +206,10 @@ fn check_data(data: &[u8], p: &str) -> Result<(), Failure> {
     if data.len() > DATA_BYTES_MAX {
         return Err(Failure::new(
             ErrorCode::DataTooLarge,
-            format!("{p}: {} bytes exceeds the limit of {DATA_BYTES_MAX}", data.len()),
+            format!(
+                "{p}: {} bytes exceeds the limit of {DATA_BYTES_MAX}",
+                data.len()
+            ),
         ));
     }
     Ok(())
@@ -217,7 +220,10 @@ fn check_acl(acl: &[pb::Acl], p: &str) -> Result<(), Failure> {
         if a.perms & !warden_protocol::perms::ALL != 0 || a.scheme.is_empty() {
             return Err(Failure::new(
                 ErrorCode::InvalidAcl,
-                format!("{p}: invalid ACL entry {}:{} perms {}", a.scheme, a.id, a.perms),
+                format!(
+                    "{p}: invalid ACL entry {}:{} perms {}",
+                    a.scheme, a.id, a.perms
+                ),
             ));
         }
     }

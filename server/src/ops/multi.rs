@@ -13,7 +13,10 @@ pub(super) fn plan(r: pb::MultiRequest, session_id: u64) -> Result<Txn, Failure>
     if r.ops.len() > MULTI_OPS_MAX {
         return Err(Failure::new(
             ErrorCode::BadArguments,
-            format!("multi of {} ops exceeds the limit of {MULTI_OPS_MAX}", r.ops.len()),
+            format!(
+                "multi of {} ops exceeds the limit of {MULTI_OPS_MAX}",
+                r.ops.len()
+            ),
         ));
     }
     let mut ops = Vec::with_capacity(r.ops.len());
@@ -60,11 +63,11 @@ pub(super) fn response(outcome: MultiOutcome, count: usize) -> Result<Option<Res
                                 stat: Some(stat),
                             }))
                         }
-                        OpOutcome::SetData { stat } => Some(
-                            pb::multi_op_result::Result::SetData(pb::StatResponse {
+                        OpOutcome::SetData { stat } => {
+                            Some(pb::multi_op_result::Result::SetData(pb::StatResponse {
                                 stat: Some(stat),
-                            }),
-                        ),
+                            }))
+                        }
                         OpOutcome::Delete | OpOutcome::Check => None,
                     };
                     pb::MultiOpResult {

@@ -1,8 +1,10 @@
 //! add_watch, remove_watches and set_watches (re-registering after a
 //! reconnect, firing at once what the client missed).
 
-use warden_protocol::pb::{self, response::Result as Res, AddWatchMode, ErrorCode, EventType, WatcherType};
 use warden_protocol::path;
+use warden_protocol::pb::{
+    self, response::Result as Res, AddWatchMode, ErrorCode, EventType, WatcherType,
+};
 
 use super::Failure;
 use crate::tree::DataTree;

@@ -131,7 +131,10 @@ impl DiskStorage {
             return Ok(());
         };
         let first_index = first.index;
-        debug_assert!(first_index > self.snapshot_meta.index, "append below snapshot");
+        debug_assert!(
+            first_index > self.snapshot_meta.index,
+            "append below snapshot"
+        );
         let mut batch = self.db.batch();
         // Drop the conflicting suffix, if any.
         let last = self.last();
@@ -185,9 +188,9 @@ impl DiskStorage {
         if index <= self.snapshot_meta.index {
             return Ok(());
         }
-        let term = self.term_of(index).ok_or_else(|| {
-            corrupt("snapshot", format!("index {index} is not in the log"))
-        })?;
+        let term = self
+            .term_of(index)
+            .ok_or_else(|| corrupt("snapshot", format!("index {index} is not in the log")))?;
         let mut snap = Snapshot::default();
         snap.data = data.into();
         let meta = snap.mut_metadata();
@@ -295,7 +298,8 @@ impl raft::Storage for DiskStorage {
             if !out.is_empty() && size > max_size {
                 break;
             }
-            let entry = Entry::parse_from_bytes(&value).map_err(|e| other(corrupt("log entry", e)))?;
+            let entry =
+                Entry::parse_from_bytes(&value).map_err(|e| other(corrupt("log entry", e)))?;
             out.push(entry);
         }
         if out.is_empty() && high > low {
@@ -372,7 +376,9 @@ mod tests {
         assert_eq!(s.term(2).unwrap(), 1);
         assert_eq!(s.term(3).unwrap(), 2);
         assert!(s.term(1).is_err());
-        let got = s.entries(3, 4, None, GetEntriesContext::empty(false)).unwrap();
+        let got = s
+            .entries(3, 4, None, GetEntriesContext::empty(false))
+            .unwrap();
         assert_eq!(got, vec![entry(3, 2, b"c")]);
         let snap = s.load_snapshot().unwrap().unwrap();
         assert_eq!(&snap.data[..], b"tree@2");
@@ -388,7 +394,9 @@ mod tests {
         s.append(&[entry(2, 2, b"B")]).unwrap();
         assert_eq!(s.last_index().unwrap(), 2);
         assert_eq!(s.term(2).unwrap(), 2);
-        let got = s.entries(1, 3, None, GetEntriesContext::empty(false)).unwrap();
+        let got = s
+            .entries(1, 3, None, GetEntriesContext::empty(false))
+            .unwrap();
         assert_eq!(got, vec![entry(1, 1, b"a"), entry(2, 2, b"B")]);
         drop(s);
         let s = DiskStorage::open(dir.path()).unwrap();
@@ -401,9 +409,13 @@ mod tests {
         let mut s = DiskStorage::open(dir.path()).unwrap();
         s.append(&[entry(1, 1, &[0; 100]), entry(2, 1, &[0; 100])])
             .unwrap();
-        let got = s.entries(1, 3, Some(1), GetEntriesContext::empty(false)).unwrap();
+        let got = s
+            .entries(1, 3, Some(1), GetEntriesContext::empty(false))
+            .unwrap();
         assert_eq!(got.len(), 1);
-        let got = s.entries(1, 3, None, GetEntriesContext::empty(false)).unwrap();
+        let got = s
+            .entries(1, 3, None, GetEntriesContext::empty(false))
+            .unwrap();
         assert_eq!(got.len(), 2);
     }
 }

@@ -170,6 +170,9 @@ impl DataTree {
     /// Every node's stat by path, for tests that compare states over time.
     #[cfg(test)]
     pub(super) fn stats(&self) -> std::collections::BTreeMap<String, warden_protocol::pb::Stat> {
-        self.nodes.iter().map(|(p, n)| (p.clone(), n.stat())).collect()
+        self.nodes
+            .iter()
+            .map(|(p, n)| (p.clone(), n.stat()))
+            .collect()
     }
 }

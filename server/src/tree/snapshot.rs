@@ -191,7 +191,9 @@ impl DataTree {
     /// caller). Needs the session table, already loaded, for ephemerals.
     fn node_from_snapshot(&self, sn: &SnapshotNode) -> Result<Node, SnapshotError> {
         let p = || sn.path.clone();
-        let stat = sn.stat.ok_or_else(|| SnapshotError::MissingStat { path: p() })?;
+        let stat = sn
+            .stat
+            .ok_or_else(|| SnapshotError::MissingStat { path: p() })?;
         if sn.data.len() > DATA_BYTES_MAX {
             return Err(SnapshotError::DataTooLarge {
                 path: p(),

@@ -423,7 +423,9 @@ impl DataTree {
                 Some(multi_txn_op::Op::Create(c)) => self
                     .create(ctx, c)
                     .map(|(path, stat)| OpOutcome::Create { path, stat }),
-                Some(multi_txn_op::Op::Delete(d)) => self.delete(ctx, d).map(|()| OpOutcome::Delete),
+                Some(multi_txn_op::Op::Delete(d)) => {
+                    self.delete(ctx, d).map(|()| OpOutcome::Delete)
+                }
                 Some(multi_txn_op::Op::SetData(s)) => self
                     .set_data(ctx, s)
                     .map(|stat| OpOutcome::SetData { stat }),
