@@ -56,16 +56,20 @@ pub fn validate(path: &str) -> Result<(), PathError> {
 }
 
 /// Like [`validate`] for a create's path, which may be sequential: then the
-/// server appends a suffix, so a trailing `/` (meaning "a child named by its
-/// sequence number alone") is allowed, as in ZooKeeper.
+/// server appends a 10-digit suffix, so the path is checked with one, and a
+/// trailing `/` (meaning "a child named by its sequence number alone") is
+/// allowed, as in ZooKeeper.
 pub fn validate_create(path: &str, sequential: bool) -> Result<(), PathError> {
-    if sequential && path.len() > 1 && path.ends_with('/') {
-        return validate(&path[..path.len() - 1]);
-    }
     if path == "/" {
         return Err(PathError {
             path: path.to_string(),
             reason: "the root already exists",
+        });
+    }
+    if sequential {
+        return validate(&format!("{path}0")).map_err(|e| PathError {
+            path: path.to_string(),
+            reason: e.reason,
         });
     }
     validate(path)
@@ -150,6 +154,8 @@ mod tests {
         assert!(validate_create("/a/", false).is_err());
         assert!(validate_create("/", false).is_err());
         assert!(validate_create("/", true).is_err());
+        assert!(validate_create("//", true).is_err());
+        assert!(validate_create("/a//", true).is_err());
     }
 
     #[test]

@@ -311,7 +311,7 @@ impl Core {
                 self.m.sessions.unmark_closing(id);
             }
         }
-        if self.ticks % REMOVAL_CHECK_TICKS == 0 {
+        if self.ticks.is_multiple_of(REMOVAL_CHECK_TICKS) {
             for guarded in self.m.tree.removal_candidates(now_ms()) {
                 if !self.m.removals_inflight.insert(guarded.path.clone()) {
                     continue;
@@ -554,7 +554,7 @@ fn response_frame(xid: u64, zxid: u64, result: Result<Option<Res>, Failure>) -> 
             zxid,
             error: f.code as i32,
             message: f.message,
-            result: f.detail,
+            result: f.detail.map(|d| *d),
         },
     };
     pb::ServerFrame {
@@ -773,14 +773,12 @@ impl ReadyHandler for Machine {
         self.fire(&applied, zxid);
 
         match (&txn.kind, &applied.result) {
-            (Some(Kind::CreateSession(cs)), _) => {
-                if self.role == StateRole::Leader {
-                    self.sessions.arm(
-                        cs.session_id,
-                        Duration::from_millis(u64::from(cs.timeout_ms)),
-                        Instant::now(),
-                    );
-                }
+            (Some(Kind::CreateSession(cs)), _) if self.role == StateRole::Leader => {
+                self.sessions.arm(
+                    cs.session_id,
+                    Duration::from_millis(u64::from(cs.timeout_ms)),
+                    Instant::now(),
+                );
             }
             (Some(Kind::GuardedDelete(g)), _) => {
                 self.removals_inflight.remove(&g.path);

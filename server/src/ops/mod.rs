@@ -59,7 +59,7 @@ pub struct Failure {
     pub code: ErrorCode,
     pub message: String,
     /// A result that goes with the error (a failed multi's per-op results).
-    pub detail: Option<Res>,
+    pub detail: Option<Box<Res>>,
 }
 
 impl Failure {

@@ -82,7 +82,7 @@ pub(super) fn response(outcome: MultiOutcome, count: usize) -> Result<Option<Res
         MultiOutcome::Failed { index, error } => {
             let results = failed_results(count.max(index + 1), index, error.code, &error.path);
             let mut f = Failure::new(error.code, format!("op {index}: {}", error.path));
-            f.detail = Some(Res::Multi(results));
+            f.detail = Some(Box::new(Res::Multi(results)));
             Err(f)
         }
     }

@@ -224,10 +224,11 @@ impl RaftNode {
 
 /// A conf-change entry, as the state machine sees it: an index with no txn.
 fn empty_like(entry: &Entry) -> Entry {
-    let mut e = Entry::default();
-    e.index = entry.index;
-    e.term = entry.term;
-    e
+    Entry {
+        index: entry.index,
+        term: entry.term,
+        ..Default::default()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -80,8 +80,8 @@ impl DiskStorage {
             None => SnapshotMetadata::default(),
         };
         let mut terms = VecDeque::new();
-        let mut expected = snapshot_meta.index + 1;
-        for kv in log.range(log_key(expected)..) {
+        let first = snapshot_meta.index + 1;
+        for (expected, kv) in (first..).zip(log.range(log_key(first)..)) {
             let (_, value) = kv.into_inner()?;
             let entry = Entry::parse_from_bytes(&value).map_err(|e| corrupt("log entry", e))?;
             if entry.index != expected {
@@ -91,7 +91,6 @@ impl DiskStorage {
                 ));
             }
             terms.push_back(entry.term);
-            expected += 1;
         }
         Ok(Self {
             db,
@@ -111,9 +110,10 @@ impl DiskStorage {
 
     /// First start of a brand-new node: record the initial voters.
     pub fn bootstrap(&mut self, voters: Vec<u64>) -> Result<(), StorageError> {
-        let mut cs = ConfState::default();
-        cs.voters = voters;
-        self.set_conf_state(cs)?;
+        self.set_conf_state(ConfState {
+            voters,
+            ..Default::default()
+        })?;
         self.sync()
     }
 
@@ -191,8 +191,10 @@ impl DiskStorage {
         let term = self
             .term_of(index)
             .ok_or_else(|| corrupt("snapshot", format!("index {index} is not in the log")))?;
-        let mut snap = Snapshot::default();
-        snap.data = data.into();
+        let mut snap = Snapshot {
+            data: data.into(),
+            ..Default::default()
+        };
         let meta = snap.mut_metadata();
         meta.index = index;
         meta.term = term;
@@ -344,11 +346,12 @@ mod tests {
     use raft::Storage;
 
     fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
-        let mut e = Entry::default();
-        e.index = index;
-        e.term = term;
-        e.data = data.to_vec().into();
-        e
+        Entry {
+            index,
+            term,
+            data: data.to_vec().into(),
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -360,10 +363,12 @@ mod tests {
             s.bootstrap(vec![1]).unwrap();
             s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b"), entry(3, 2, b"c")])
                 .unwrap();
-            let mut hs = HardState::default();
-            hs.term = 2;
-            hs.commit = 3;
-            s.set_hard_state(hs).unwrap();
+            s.set_hard_state(HardState {
+                term: 2,
+                commit: 3,
+                ..Default::default()
+            })
+            .unwrap();
             s.sync().unwrap();
             s.compact_to_snapshot(2, b"tree@2".to_vec()).unwrap();
         }

@@ -72,7 +72,7 @@ impl DataTree {
             ));
         }
         for p in &self.containers {
-            if !self.nodes.get(p).is_some_and(|n| n.container) {
+            if !matches!(self.nodes.get(p), Some(n) if n.container) {
                 return Err(format!("{p}: indexed as a container"));
             }
         }
@@ -80,7 +80,7 @@ impl DataTree {
             return Err("the container index does not match the nodes".into());
         }
         for p in &self.ttls {
-            if !self.nodes.get(p).is_some_and(|n| n.ttl_ms > 0) {
+            if !matches!(self.nodes.get(p), Some(n) if n.ttl_ms > 0) {
                 return Err(format!("{p}: indexed as a TTL node"));
             }
         }

@@ -62,13 +62,13 @@ pub struct Trigger {
 /// What applying one entry did: its result (for the waiting request, on the
 /// origin server) and the watch triggers it fired, in order (for every
 /// server's watch registry).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Applied {
     pub result: TxnResult,
     pub triggers: Vec<Trigger>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TxnResult {
     SessionCreated,
     /// The ephemeral nodes removed, sorted. Closing an unknown session is a
@@ -90,7 +90,7 @@ pub enum TxnResult {
 }
 
 /// The result of one op of a successful multi.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OpOutcome {
     Create { path: String, stat: Stat },
     Delete,
@@ -98,7 +98,7 @@ pub enum OpOutcome {
     Check,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MultiOutcome {
     /// Every op applied; one outcome per op, in order.
     Ok(Vec<OpOutcome>),
