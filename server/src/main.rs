@@ -1,6 +1,6 @@
 //! The `warden` binary.
 
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -33,6 +33,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| EnvFilter::new("info,fjall=warn,lsm_tree=warn")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     match cli.command {
         Command::Serve(args) => {
@@ -47,15 +48,15 @@ fn main() -> ExitCode {
                 .enable_all()
                 .build()
                 .expect("the tokio runtime builds");
-            let result = rt.block_on(warden_server::serve::serve(
-                cfg,
-                shutdown_signal(),
-                |bound| {
+            let result = rt.block_on(async {
+                let shutdown = shutdown_signal();
+                warden_server::serve::serve(cfg, shutdown, |bound| {
                     // Tests and scripts wait for this line.
                     println!("warden listening client={}", bound.client);
                     let _ = std::io::stdout().flush();
-                },
-            ));
+                })
+                .await
+            });
             match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -67,25 +68,22 @@ fn main() -> ExitCode {
     }
 }
 
-/// Ctrl-C or SIGTERM: both shut down cleanly.
-async fn shutdown_signal() {
+/// Ctrl-C or SIGTERM: both shut down cleanly. The handlers are installed
+/// here, before the server reports ready, so a signal sent right after the
+/// ready line is never lost to the default action.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let ctrl_c = tokio::signal::ctrl_c();
+    async move {
+        #[cfg(unix)]
+        if let Some(mut term) = term {
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
             }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+            return;
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+        let _ = ctrl_c.await;
     }
 }

@@ -1,1 +1,603 @@
-fn main() {}
+//! `wardenctl`: the command-line client.
+//!
+//! Each invocation opens a session, runs one command, and closes the
+//! session. Output is for people by default and, with `--json`, one JSON
+//! object per line for scripts. On failure it prints exactly one line to
+//! stderr, `error: <Code>: <path or detail>` (e.g. `error: NoNode: /a/b`),
+//! and exits non-zero; usage errors exit 2, as clap does.
+//!
+//! Logs (the client library's `tracing` output) are off unless `RUST_LOG`
+//! asks for them, so that stderr carries only that one error line.
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use futures::StreamExt;
+use serde::Serialize;
+use warden_client::{Client, ConnectOptions, CreateOptions, ErrorCode, Stat, WatchEvent};
+use warden_protocol::path;
+
+/// How many times `rmr` re-lists a node that gained a child while it was
+/// being emptied, before giving up with `NotEmpty`.
+const RMR_NOT_EMPTY_RETRIES_MAX: u32 = 16;
+/// Session timeout of wardenctl's own session.
+const SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "wardenctl",
+    version,
+    about = "Command-line client for Warden",
+    long_about = "Command-line client for Warden. Each run opens a session, runs one command \
+                  and closes the session, so ephemeral nodes it creates are deleted when it exits."
+)]
+struct Cli {
+    /// Servers to connect to, "host:port,host:port".
+    #[arg(
+        long,
+        global = true,
+        env = "WARDEN_SERVERS",
+        default_value = "127.0.0.1:7000"
+    )]
+    servers: String,
+
+    /// Print one JSON object per line instead of human-readable output.
+    #[arg(long, global = true)]
+    json: bool,
+
+    /// How long to wait to connect, and for each answer, in milliseconds.
+    #[arg(long, global = true, value_name = "MS", default_value_t = 10_000)]
+    timeout_ms: u64,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create a node and print its path (with its sequence suffix, if any).
+    ///
+    /// An --ephemeral node belongs to wardenctl's own session, which ends
+    /// when wardenctl exits: the node is deleted right away. That is
+    /// expected; use the client library to hold ephemeral nodes.
+    Create {
+        /// Ephemeral: owned by wardenctl's own session, so it is deleted
+        /// when wardenctl exits (expected; hold ephemerals with the library).
+        #[arg(long)]
+        ephemeral: bool,
+        /// Append a 10-digit, increasing sequence number to the name.
+        #[arg(long)]
+        sequential: bool,
+        /// Deleted by the server once it has had children and has none left.
+        #[arg(long)]
+        container: bool,
+        /// Deleted once unmodified for this many milliseconds and childless.
+        #[arg(long, value_name = "MS")]
+        ttl: Option<u64>,
+        path: String,
+        /// The node's data (UTF-8); empty if omitted.
+        data: Option<String>,
+    },
+    /// Print a node's data.
+    Get { path: String },
+    /// Replace a node's data.
+    Set {
+        /// Only if the node's version is N.
+        #[arg(long, value_name = "N", allow_negative_numbers = true)]
+        version: Option<i32>,
+        path: String,
+        data: String,
+    },
+    /// Delete a node (it must have no children).
+    Delete {
+        /// Only if the node's version is N.
+        #[arg(long, value_name = "N", allow_negative_numbers = true)]
+        version: Option<i32>,
+        path: String,
+    },
+    /// List a node's children.
+    Ls { path: String },
+    /// Print a node's stat.
+    Stat { path: String },
+    /// Print a node and all its descendants, indented.
+    Tree {
+        #[arg(default_value = "/")]
+        path: String,
+    },
+    /// Delete a node and all its descendants.
+    Rmr { path: String },
+    /// Print every change to a node (with --recursive, to its subtree too),
+    /// one line each, until interrupted (Ctrl-C).
+    Watch {
+        #[arg(long)]
+        recursive: bool,
+        path: String,
+    },
+}
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error("{0}")]
+    Warden(#[from] warden_client::Error),
+    #[error("writing output: {0}")]
+    Io(#[from] io::Error),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: SystemError: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        // `wardenctl tree | head`: the reader went away; not our failure.
+        Err(Failure::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .init();
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let timeout = Duration::from_millis(cli.timeout_ms);
+    let options = ConnectOptions {
+        session_timeout: SESSION_TIMEOUT,
+        connect_timeout: timeout,
+        request_timeout: timeout,
+    };
+    let client = Client::connect(&cli.servers, options).await?;
+    let out = Output { json: cli.json };
+    let result = execute(&client, cli.command, &out).await;
+    // Close even after a failure, so the session (and any ephemeral node)
+    // ends now rather than at its timeout. Its own failure matters less
+    // than the command's.
+    let closed = client.close().await;
+    result?;
+    closed?;
+    Ok(())
+}
+
+async fn execute(client: &Client, command: Command, out: &Output) -> Result<(), Failure> {
+    match command {
+        Command::Create {
+            ephemeral,
+            sequential,
+            container,
+            ttl,
+            path,
+            data,
+        } => {
+            let options = CreateOptions {
+                ephemeral,
+                sequential,
+                container,
+                ttl: ttl.map(Duration::from_millis),
+                acl: Vec::new(),
+            };
+            let data = data.unwrap_or_default();
+            let (created, stat) = client.create(&path, data.as_bytes(), options).await?;
+            out.line(&created, || NodeJson::new(&created, &stat))
+        }
+        Command::Get { path } => {
+            let (data, stat) = client.get_data(&path).await?;
+            if out.json {
+                out.json_line(&DataJson {
+                    path: &path,
+                    data: &String::from_utf8_lossy(&data),
+                    stat: StatJson::from(&stat),
+                })
+            } else {
+                // Raw bytes, so binary data survives a pipe.
+                let mut stdout = io::stdout().lock();
+                stdout.write_all(&data)?;
+                stdout.write_all(b"\n")?;
+                Ok(())
+            }
+        }
+        Command::Set {
+            version,
+            path,
+            data,
+        } => {
+            let stat = client.set_data(&path, data.as_bytes(), version).await?;
+            out.json_only(|| NodeJson::new(&path, &stat))
+        }
+        Command::Delete { version, path } => {
+            client.delete(&path, version).await?;
+            out.json_only(|| DeletedJson {
+                path: &path,
+                deleted: 1,
+            })
+        }
+        Command::Ls { path } => {
+            let (children, _) = client.get_children(&path).await?;
+            if out.json {
+                out.json_line(&ChildrenJson {
+                    path: &path,
+                    children: &children,
+                })
+            } else {
+                let mut stdout = io::stdout().lock();
+                for child in children {
+                    writeln!(stdout, "{child}")?;
+                }
+                Ok(())
+            }
+        }
+        Command::Stat { path } => {
+            let stat = client
+                .exists(&path)
+                .await?
+                .ok_or_else(|| warden_client::Error::api(ErrorCode::NoNode, &path, ""))?;
+            if out.json {
+                out.json_line(&NodeJson::new(&path, &stat))
+            } else {
+                let mut stdout = io::stdout().lock();
+                write!(stdout, "{}", stat_human(&stat))?;
+                Ok(())
+            }
+        }
+        Command::Tree { path } => tree(client, &path, out).await,
+        Command::Rmr { path } => {
+            let deleted = rmr(client, &path).await?;
+            out.json_only(|| DeletedJson {
+                path: &path,
+                deleted,
+            })
+        }
+        Command::Watch { recursive, path } => watch(client, &path, recursive, out).await,
+    }
+}
+
+/// Depth-first, children in name order; a node deleted during the walk is
+/// skipped (only the starting node must exist).
+async fn tree(client: &Client, root: &str, out: &Output) -> Result<(), Failure> {
+    let mut stack = vec![(root.to_string(), 0usize)];
+    while let Some((node, depth)) = stack.pop() {
+        let (children, stat) = match client.get_children(&node).await {
+            Ok(found) => found,
+            Err(e) if e.code() == ErrorCode::NoNode && depth > 0 => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let name = if depth == 0 {
+            node.as_str()
+        } else {
+            path::name(&node)
+        };
+        let human = format!("{:indent$}{name}", "", indent = depth * 2);
+        out.line(&human, || NodeJson::new(&node, &stat))?;
+        for child in children.iter().rev() {
+            stack.push((path::join(&node, child), depth + 1));
+        }
+    }
+    Ok(())
+}
+
+/// Deletes `root` and everything under it, children first. Nodes others
+/// delete meanwhile are fine; nodes others add meanwhile are deleted too,
+/// up to [`RMR_NOT_EMPTY_RETRIES_MAX`] times. The root node `/` itself
+/// cannot be deleted, so `rmr /` empties it. Returns how many nodes went.
+async fn rmr(client: &Client, root: &str) -> Result<u64, warden_client::Error> {
+    // (path, children already listed and pushed above it)
+    let mut stack = vec![(root.to_string(), false)];
+    let mut deleted = 0;
+    let mut retries = 0;
+    while let Some((node, listed)) = stack.pop() {
+        if !listed {
+            match client.get_children(&node).await {
+                Ok((children, _)) => {
+                    stack.push((node.clone(), true));
+                    for child in children {
+                        stack.push((path::join(&node, &child), false));
+                    }
+                }
+                Err(e) if e.code() == ErrorCode::NoNode && node != root => {}
+                Err(e) => return Err(e),
+            }
+            continue;
+        }
+        if node == "/" {
+            continue;
+        }
+        match client.delete(&node, None).await {
+            Ok(()) => deleted += 1,
+            Err(e) if e.code() == ErrorCode::NoNode => {}
+            Err(e) if e.code() == ErrorCode::NotEmpty && retries < RMR_NOT_EMPTY_RETRIES_MAX => {
+                retries += 1;
+                stack.push((node, false));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(deleted)
+}
+
+/// Prints events until Ctrl-C, or until the watch ends with an error.
+async fn watch(client: &Client, path: &str, recursive: bool, out: &Output) -> Result<(), Failure> {
+    let mut events = client.watch(path, recursive).await?;
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    loop {
+        tokio::select! {
+            _ = &mut interrupted => break,
+            event = events.next() => match event {
+                Some(Ok(event)) => out.line(&event_human(&event), || EventJson::from(&event))?,
+                Some(Err(e)) => return Err(e.into()),
+                None => break,
+            },
+        }
+    }
+    // The session is closed next anyway; this just says goodbye politely.
+    let _ = events.remove().await;
+    Ok(())
+}
+
+/// Where results go: people or scripts.
+struct Output {
+    json: bool,
+}
+
+impl Output {
+    /// One line: `human` for people, `json()` for scripts.
+    fn line<T: Serialize>(&self, human: &str, json: impl FnOnce() -> T) -> Result<(), Failure> {
+        if self.json {
+            self.json_line(&json())
+        } else {
+            writeln!(io::stdout().lock(), "{human}")?;
+            Ok(())
+        }
+    }
+
+    /// Commands that print nothing on success for people.
+    fn json_only<T: Serialize>(&self, json: impl FnOnce() -> T) -> Result<(), Failure> {
+        if self.json {
+            self.json_line(&json())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn json_line<T: Serialize>(&self, value: &T) -> Result<(), Failure> {
+        let line = serde_json::to_string(value).map_err(io::Error::other)?;
+        writeln!(io::stdout().lock(), "{line}")?;
+        Ok(())
+    }
+}
+
+// JSON shapes, as structs so that keys keep a stable, documented order.
+
+/// A node's stat, field for field as on the wire.
+#[derive(Debug, Serialize)]
+struct StatJson {
+    czxid: u64,
+    mzxid: u64,
+    pzxid: u64,
+    ctime_ms: i64,
+    mtime_ms: i64,
+    version: i32,
+    cversion: i32,
+    aversion: i32,
+    ephemeral_owner: u64,
+    data_length: u32,
+    num_children: u32,
+}
+
+impl From<&Stat> for StatJson {
+    fn from(s: &Stat) -> Self {
+        Self {
+            czxid: s.czxid,
+            mzxid: s.mzxid,
+            pzxid: s.pzxid,
+            ctime_ms: s.ctime_ms,
+            mtime_ms: s.mtime_ms,
+            version: s.version,
+            cversion: s.cversion,
+            aversion: s.aversion,
+            ephemeral_owner: s.ephemeral_owner,
+            data_length: s.data_length,
+            num_children: s.num_children,
+        }
+    }
+}
+
+/// `create`, `set`, `stat`, and each line of `tree`.
+#[derive(Debug, Serialize)]
+struct NodeJson<'a> {
+    path: &'a str,
+    stat: StatJson,
+}
+
+impl<'a> NodeJson<'a> {
+    fn new(path: &'a str, stat: &Stat) -> Self {
+        Self {
+            path,
+            stat: stat.into(),
+        }
+    }
+}
+
+/// `get`: data as UTF-8 (invalid bytes replaced).
+#[derive(Debug, Serialize)]
+struct DataJson<'a> {
+    path: &'a str,
+    data: &'a str,
+    stat: StatJson,
+}
+
+/// `ls`.
+#[derive(Debug, Serialize)]
+struct ChildrenJson<'a> {
+    path: &'a str,
+    children: &'a [String],
+}
+
+/// `delete` (always 1) and `rmr` (how many nodes went).
+#[derive(Debug, Serialize)]
+struct DeletedJson<'a> {
+    path: &'a str,
+    deleted: u64,
+}
+
+/// `watch`: one per event.
+#[derive(Debug, Serialize)]
+struct EventJson<'a> {
+    #[serde(rename = "type")]
+    event_type: &'static str,
+    path: &'a str,
+    zxid: u64,
+}
+
+impl<'a> From<&'a WatchEvent> for EventJson<'a> {
+    fn from(e: &'a WatchEvent) -> Self {
+        Self {
+            event_type: e.event_type.name(),
+            path: &e.path,
+            zxid: e.zxid,
+        }
+    }
+}
+
+fn stat_human(s: &Stat) -> String {
+    format!(
+        "czxid = {}\nmzxid = {}\npzxid = {}\nctime_ms = {}\nmtime_ms = {}\nversion = {}\n\
+         cversion = {}\naversion = {}\nephemeral_owner = {:#x}\ndata_length = {}\nnum_children = {}\n",
+        s.czxid,
+        s.mzxid,
+        s.pzxid,
+        s.ctime_ms,
+        s.mtime_ms,
+        s.version,
+        s.cversion,
+        s.aversion,
+        s.ephemeral_owner,
+        s.data_length,
+        s.num_children
+    )
+}
+
+fn event_human(e: &WatchEvent) -> String {
+    format!("{} {} zxid={}", e.event_type, e.path, e.zxid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_valid() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_globals_after_the_subcommand() {
+        let cli = Cli::try_parse_from([
+            "wardenctl",
+            "set",
+            "--version",
+            "3",
+            "/a",
+            "x",
+            "--json",
+            "--servers",
+            "h:1",
+        ])
+        .unwrap();
+        assert!(cli.json);
+        assert_eq!(cli.servers, "h:1");
+        assert!(matches!(
+            cli.command,
+            Command::Set {
+                version: Some(3),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn create_flags() {
+        let cli = Cli::try_parse_from([
+            "wardenctl",
+            "create",
+            "--ephemeral",
+            "--sequential",
+            "--ttl",
+            "500",
+            "/a/",
+            "data",
+        ])
+        .unwrap();
+        match cli.command {
+            Command::Create {
+                ephemeral,
+                sequential,
+                container,
+                ttl,
+                path,
+                data,
+            } => {
+                assert!(ephemeral && sequential && !container);
+                assert_eq!(ttl, Some(500));
+                assert_eq!(path, "/a/");
+                assert_eq!(data.as_deref(), Some("data"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn tree_defaults_to_the_root() {
+        let cli = Cli::try_parse_from(["wardenctl", "tree"]).unwrap();
+        assert!(matches!(cli.command, Command::Tree { ref path } if path == "/"));
+    }
+
+    #[test]
+    fn json_shapes() {
+        let stat = Stat {
+            czxid: 1,
+            num_children: 2,
+            ..Default::default()
+        };
+        let line = serde_json::to_string(&DataJson {
+            path: "/a",
+            data: "hi",
+            stat: StatJson::from(&stat),
+        })
+        .unwrap();
+        assert_eq!(
+            line,
+            r#"{"path":"/a","data":"hi","stat":{"czxid":1,"mzxid":0,"pzxid":0,"ctime_ms":0,"mtime_ms":0,"version":0,"cversion":0,"aversion":0,"ephemeral_owner":0,"data_length":0,"num_children":2}}"#
+        );
+        let e = WatchEvent {
+            event_type: warden_client::EventType::NodeCreated,
+            path: "/a".into(),
+            zxid: 5,
+        };
+        assert_eq!(
+            serde_json::to_string(&EventJson::from(&e)).unwrap(),
+            r#"{"type":"NodeCreated","path":"/a","zxid":5}"#
+        );
+        assert_eq!(event_human(&e), "NodeCreated /a zxid=5");
+    }
+}

@@ -8,7 +8,7 @@
 //!
 //! API CONTRACT (the rest of the server is written against exactly this):
 //!
-//! ```ignore
+//! ```text
 //! DataTree::new() -> DataTree                      // just "/" (czxid 0, open ACL)
 //! tree.apply(zxid: u64, time_ms: i64, txn: &Txn) -> Applied
 //! tree.skip(zxid: u64)                             // an entry with no Txn (raft empty/conf entry)
