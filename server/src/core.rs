@@ -19,7 +19,7 @@
 //! It must never block on a connection: a client whose outbound queue is
 //! full is disconnected (its session lives on until it resumes or expires).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -143,6 +143,9 @@ struct Machine {
     waiters: HashMap<u64, Waiter>,
     /// ReadIndex contexts in flight: ctx -> connection.
     read_waiters: HashMap<u64, ConnId>,
+    /// Connections with a read whose ReadIndex answer is ahead of what we
+    /// have applied, by that index: flushed once `applied` reaches it.
+    reads_blocked: BTreeMap<u64, HashSet<ConnId>>,
     /// Guarded deletes proposed and not yet applied (path).
     removals_inflight: HashSet<String>,
     role: StateRole,
@@ -205,6 +208,7 @@ impl Core {
                 session_conn: HashMap::new(),
                 waiters: HashMap::new(),
                 read_waiters: HashMap::new(),
+                reads_blocked: BTreeMap::new(),
                 removals_inflight: HashSet::new(),
                 role: StateRole::Follower,
                 leader_id: 0,
@@ -275,6 +279,7 @@ impl Core {
     fn drive(&mut self) -> Result<(), CoreError> {
         while self.raft.has_ready() {
             self.raft.on_ready(&mut self.m)?;
+            self.m.serve_unblocked_reads();
         }
         let applied = self.m.tree.applied_index();
         if applied >= self.last_snapshot_index + self.m.cfg.snapshot_entries {
@@ -735,10 +740,16 @@ impl Machine {
         }
     }
 
-    fn serve_read_states(&mut self) {
-        let conns: Vec<ConnId> = self.conns.keys().copied().collect();
-        for conn in conns {
-            self.flush(conn);
+    /// Serves the reads whose ReadIndex the applied index has reached.
+    fn serve_unblocked_reads(&mut self) {
+        let applied = self.tree.applied_index();
+        while let Some(entry) = self.reads_blocked.first_entry() {
+            if *entry.key() > applied {
+                break;
+            }
+            for conn in entry.remove() {
+                self.flush(conn);
+            }
         }
     }
 }
@@ -861,9 +872,10 @@ impl ReadyHandler for Machine {
                         }
                     }
                 }
+                self.reads_blocked.entry(rs.index).or_default().insert(conn);
             }
         }
-        self.serve_read_states();
+        self.serve_unblocked_reads();
     }
 
     fn role_changed(&mut self, ss: &SoftState) {
