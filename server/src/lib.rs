@@ -13,6 +13,7 @@
 pub mod config;
 pub mod conn;
 pub mod core;
+pub mod local_cluster;
 pub mod ops;
 pub mod raft;
 pub mod serve;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 use warden_server::config::ServeArgs;
+use warden_server::local_cluster::{self, LocalClusterArgs};
 
 #[derive(Parser)]
 #[command(
@@ -23,6 +24,10 @@ enum Command {
     /// Run a server. With no flags: a single-node service on 127.0.0.1:7000,
     /// data in ./warden-data.
     Serve(ServeArgs),
+    /// Run a 3- or 5-node cluster on this machine (one `warden serve` child
+    /// per node), print its connect string as `WARDEN_SERVERS=...`, and
+    /// stop every node on Ctrl-C.
+    LocalCluster(LocalClusterArgs),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +63,27 @@ fn main() -> ExitCode {
                 .await
             });
             match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::LocalCluster(args) => {
+            let plan = match args.validate() {
+                Ok(plan) => plan,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            // A supervisor of a few child processes: one thread is plenty.
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("the tokio runtime builds");
+            match rt.block_on(local_cluster::run(plan)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("error: {e}");

@@ -1,0 +1,864 @@
+//! `warden local-cluster`: a whole Warden cluster on this machine, for
+//! trying things out, demos and failure drills.
+//!
+//! # What it runs
+//!
+//! `--nodes` (3 or 5) `warden serve` processes, children running this same
+//! binary, wired into one Raft group on 127.0.0.1. With `P` = `--base-port`
+//! (7000) and `DIR` = `--data-dir` (`./warden-local-cluster`), node `i`
+//! (1-based) gets:
+//!
+//! | what | where |
+//! |---|---|
+//! | client port | `P + i - 1` |
+//! | peer (Raft) port | `P + 100 + i - 1` |
+//! | HTTP port | `P + 200 + i - 1` (so nodes never share `serve`'s default) |
+//! | data | `DIR/node-i/` |
+//! | stdout and stderr | `DIR/node-i.log` (appended to across runs) |
+//! | process id | `DIR/node-i.pid`, while it runs |
+//!
+//! A node prints its ready line (`warden listening client=ADDR`) only once a
+//! leader is elected and it has caught up, and that needs a quorum of the
+//! group. So every process is started first and only then are the ready
+//! lines awaited: waiting for node 1 before starting node 2 would wait
+//! forever. When all are ready, one line goes to stdout,
+//! `WARDEN_SERVERS=127.0.0.1:7000,...`, the connect string that clients and
+//! `wardenctl` take, and a short guide goes to stderr.
+//!
+//! # What it owns, and what it must never do
+//!
+//! It owns the child processes, and nothing in them: it never reads or
+//! changes a node's data, and it never restarts a node. A node that exits on
+//! its own is reported (id, exit status, log) and left down, because the
+//! operator may be testing exactly that failure; the others keep running.
+//!
+//! On Ctrl-C or SIGTERM every node gets SIGTERM and [`STOP_TIMEOUT`] to exit
+//! cleanly, then SIGKILL; a second signal skips the wait. Once every node is
+//! gone it exits 0. The nodes run in their own process group, so a Ctrl-C
+//! typed in the terminal reaches the supervisor alone and shutdown happens
+//! in one order, its own. The price: if the supervisor itself is SIGKILLed,
+//! its nodes keep running; their pids are in the `.pid` files.
+//!
+//! # Shape
+//!
+//! One task per node owns its [`Child`]: it waits for the exit, and signals
+//! the child when told to stop. A second task per node copies the child's
+//! stdout into the log and spots the ready line. Both report to [`run`] on
+//! one bounded channel; [`run`] tells the node tasks to stop through a watch
+//! channel. Nothing is shared, nothing is locked.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fs::OpenOptions;
+use std::io::Write as _;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener as StdTcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use clap::Args;
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::process::{Child, ChildStdout, Command};
+use tokio::sync::{mpsc, watch};
+use tokio::task::{JoinHandle, JoinSet};
+
+/// Cluster sizes offered: 3 survives one failed node, 5 survives two.
+/// (Even sizes tolerate no more failures than the odd size below them.)
+pub const NODE_COUNTS: [usize; 2] = [3, 5];
+
+/// Node `i`'s client port is `base + i - 1`.
+pub const BASE_PORT_DEFAULT: u16 = 7000;
+
+/// Node `i`'s peer (Raft) port is `base + PEER_PORT_OFFSET + i - 1`.
+pub const PEER_PORT_OFFSET: u16 = 100;
+
+/// Node `i`'s HTTP port is `base + HTTP_PORT_OFFSET + i - 1`.
+pub const HTTP_PORT_OFFSET: u16 = 200;
+
+/// How long the whole cluster may take to become ready.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a node has to exit after SIGTERM before it is SIGKILLed.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Start of the line `warden serve` prints on stdout when it is ready (see
+/// `main.rs`).
+pub const READY_LINE_PREFIX: &str = "warden listening client=";
+
+/// Start of the one line `local-cluster` prints on stdout.
+pub const SERVERS_LINE_PREFIX: &str = "WARDEN_SERVERS=";
+
+/// Events one node can report: a ready line, then an exit.
+const EVENTS_PER_NODE: usize = 2;
+
+/// Prefix of every line the supervisor itself writes to stderr.
+const ME: &str = "warden local-cluster";
+
+/// Flags of `warden local-cluster`.
+#[derive(Debug, Clone, Args)]
+pub struct LocalClusterArgs {
+    /// How many nodes: 3 (survives one failure) or 5 (survives two).
+    #[arg(long, default_value_t = 3)]
+    pub nodes: usize,
+    /// Node i keeps its data in DIR/node-i and its log in DIR/node-i.log.
+    #[arg(long, value_name = "DIR", default_value = "warden-local-cluster")]
+    pub data_dir: PathBuf,
+    /// Node i listens for clients on P+i-1, for peers on P+100+i-1 and for
+    /// HTTP on P+200+i-1, all on 127.0.0.1.
+    #[arg(long, value_name = "P", default_value_t = BASE_PORT_DEFAULT)]
+    pub base_port: u16,
+    /// Raft tick of every node (default: that of `warden serve`).
+    #[arg(long)]
+    pub tick_ms: Option<u64>,
+}
+
+/// Everything about the cluster decided before anything starts.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub dir: PathBuf,
+    /// Passed through to every node; `warden serve` checks the range, so
+    /// the rule lives in one place.
+    pub tick_ms: Option<u64>,
+    pub nodes: Vec<NodePlan>,
+}
+
+/// One node's addresses and files.
+#[derive(Debug, Clone)]
+pub struct NodePlan {
+    pub id: u64,
+    pub client: SocketAddr,
+    pub peer: SocketAddr,
+    pub http: SocketAddr,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    pub pid_file: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LocalClusterError {
+    #[error("--nodes must be 3 or 5 (3 survives one failed node, 5 survives two), got {0}")]
+    Nodes(usize),
+    #[error(
+        "--base-port {base} does not fit {nodes} nodes: ports {base}..={last} must be between 1 and 65535"
+    )]
+    BasePort { base: u16, nodes: usize, last: u32 },
+    #[error("cannot create {}: {source}", path.display())]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "cannot use {addr} (node {id}'s {what} port): {source}; is another cluster running? pick another --base-port"
+    )]
+    Port {
+        id: u64,
+        what: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot listen for Ctrl-C and SIGTERM: {0}")]
+    Signals(std::io::Error),
+    #[error("cannot find this program's path to start the nodes: {0}")]
+    CurrentExe(std::io::Error),
+    #[error("cannot write node {id}'s log {}: {source}", path.display())]
+    Log {
+        id: u64,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start node {id}: {source}")]
+    Spawn { id: u64, source: std::io::Error },
+    #[error("node {id} exited before the cluster was ready ({status}); see {}", log.display())]
+    NodeFailed {
+        id: u64,
+        status: String,
+        log: PathBuf,
+    },
+    #[error(
+        "the cluster was not ready within {timeout:?}: no ready line yet from node(s) {waiting:?}; see their logs in {}", dir.display()
+    )]
+    NotReady {
+        timeout: Duration,
+        waiting: Vec<u64>,
+        dir: PathBuf,
+    },
+    #[error("every node has exited; their logs are in {}", dir.display())]
+    AllExited { dir: PathBuf },
+}
+
+impl LocalClusterArgs {
+    pub fn validate(self) -> Result<Plan, LocalClusterError> {
+        if !NODE_COUNTS.contains(&self.nodes) {
+            return Err(LocalClusterError::Nodes(self.nodes));
+        }
+        let base = self.base_port;
+        // The highest port handed out: the last node's HTTP port.
+        let last = u32::from(base) + u32::from(HTTP_PORT_OFFSET) + self.nodes as u32 - 1;
+        if base == 0 || last > u32::from(u16::MAX) {
+            return Err(LocalClusterError::BasePort {
+                base,
+                nodes: self.nodes,
+                last,
+            });
+        }
+        let at = |offset: u16, i: u16| SocketAddr::from((Ipv4Addr::LOCALHOST, base + offset + i));
+        let nodes = (1..=self.nodes as u16)
+            .map(|id| NodePlan {
+                id: u64::from(id),
+                client: at(0, id - 1),
+                peer: at(PEER_PORT_OFFSET, id - 1),
+                http: at(HTTP_PORT_OFFSET, id - 1),
+                data_dir: self.data_dir.join(format!("node-{id}")),
+                log: self.data_dir.join(format!("node-{id}.log")),
+                pid_file: self.data_dir.join(format!("node-{id}.pid")),
+            })
+            .collect();
+        Ok(Plan {
+            dir: self.data_dir,
+            tick_ms: self.tick_ms,
+            nodes,
+        })
+    }
+}
+
+impl Plan {
+    /// `--peers` of every node: `1=127.0.0.1:7100,2=...`.
+    pub fn peers(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("{}={}", n.id, n.peer))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The arguments after `warden` that start `node`.
+    pub fn serve_args(&self, node: &NodePlan) -> Vec<OsString> {
+        let mut args: Vec<OsString> = vec![
+            "serve".into(),
+            "--id".into(),
+            node.id.to_string().into(),
+            "--peers".into(),
+            self.peers().into(),
+            "--peer-listen".into(),
+            node.peer.to_string().into(),
+            "--listen".into(),
+            node.client.to_string().into(),
+            "--http-listen".into(),
+            node.http.to_string().into(),
+            "--data-dir".into(),
+            node.data_dir.clone().into(),
+        ];
+        if let Some(tick_ms) = self.tick_ms {
+            args.extend(["--tick-ms".into(), tick_ms.to_string().into()]);
+        }
+        args
+    }
+}
+
+/// What the per-node tasks tell [`run`].
+#[derive(Debug)]
+enum Event {
+    Ready { id: u64, client: String },
+    Exited { id: u64, status: String },
+}
+
+/// What [`run`] asks of the node tasks; only ever raised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Stop {
+    Run,
+    /// SIGTERM, then SIGKILL after [`STOP_TIMEOUT`].
+    Term,
+    /// SIGKILL now.
+    Kill,
+}
+
+/// How a node task ended.
+#[derive(Debug)]
+struct NodeEnd {
+    id: u64,
+    status: String,
+    how: EndedBy,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum EndedBy {
+    /// Exited while nobody asked (already reported).
+    Itself,
+    /// Exited after SIGTERM.
+    Term { clean: bool },
+    /// Needed SIGKILL.
+    Kill,
+}
+
+/// Runs the cluster until Ctrl-C or SIGTERM. `Ok` after a requested
+/// shutdown; `Err` if the cluster could not start or every node died.
+pub async fn run(plan: Plan) -> Result<(), LocalClusterError> {
+    // Installed before any child exists, so that a signal sent the moment
+    // a node is up is never lost to the default action.
+    let mut signals = Signals::install().map_err(LocalClusterError::Signals)?;
+    prepare(&plan)?;
+    let exe = std::env::current_exe().map_err(LocalClusterError::CurrentExe)?;
+
+    let (events_tx, mut events) = mpsc::channel(plan.nodes.len() * EVENTS_PER_NODE);
+    let (stop_tx, stop_rx) = watch::channel(Stop::Run);
+    let mut nodes = JoinSet::new();
+    let mut pids = BTreeMap::new();
+    for node in &plan.nodes {
+        match spawn_node(&exe, &plan, node, events_tx.clone()) {
+            Ok((child, forwarder)) => {
+                pids.insert(node.id, child.id());
+                nodes.spawn(supervise(
+                    node.clone(),
+                    child,
+                    forwarder,
+                    stop_rx.clone(),
+                    events_tx.clone(),
+                ));
+            }
+            Err(e) => {
+                shutdown(&plan, &stop_tx, &mut nodes, &mut signals).await;
+                return Err(e);
+            }
+        }
+    }
+    // Only the tasks hold senders now: `recv` returning `None` means every
+    // node task is done.
+    drop(events_tx);
+
+    // Phase 1: every node ready, or give up.
+    eprintln!(
+        "{ME}: started {} nodes in {}; waiting for a leader...",
+        plan.nodes.len(),
+        plan.dir.display()
+    );
+    let mut ready: BTreeMap<u64, String> = BTreeMap::new();
+    let deadline = tokio::time::sleep(READY_TIMEOUT);
+    tokio::pin!(deadline);
+    while ready.len() < plan.nodes.len() {
+        tokio::select! {
+            event = events.recv() => match event {
+                Some(Event::Ready { id, client }) => {
+                    ready.insert(id, client);
+                }
+                Some(Event::Exited { id, status }) => {
+                    shutdown(&plan, &stop_tx, &mut nodes, &mut signals).await;
+                    return Err(LocalClusterError::NodeFailed {
+                        id,
+                        status,
+                        log: node_plan(&plan, id).log.clone(),
+                    });
+                }
+                None => return Err(LocalClusterError::AllExited { dir: plan.dir.clone() }),
+            },
+            () = &mut deadline => {
+                shutdown(&plan, &stop_tx, &mut nodes, &mut signals).await;
+                return Err(LocalClusterError::NotReady {
+                    timeout: READY_TIMEOUT,
+                    waiting: plan.nodes.iter().map(|n| n.id).filter(|id| !ready.contains_key(id)).collect(),
+                    dir: plan.dir.clone(),
+                });
+            }
+            () = signals.recv() => {
+                shutdown(&plan, &stop_tx, &mut nodes, &mut signals).await;
+                return Ok(());
+            }
+        }
+    }
+    announce(&plan, &ready, &pids);
+
+    // Phase 2: supervise until told to stop.
+    let mut running = plan.nodes.len();
+    loop {
+        tokio::select! {
+            event = events.recv() => match event {
+                Some(Event::Exited { id, status }) => {
+                    running -= 1;
+                    eprintln!(
+                        "{ME}: node {id} exited ({status}); log: {}. \
+                         It is not restarted; {running} node(s) still running.",
+                        node_plan(&plan, id).log.display()
+                    );
+                    if running == 0 {
+                        return Err(LocalClusterError::AllExited { dir: plan.dir.clone() });
+                    }
+                }
+                Some(Event::Ready { .. }) => {}
+                None => return Err(LocalClusterError::AllExited { dir: plan.dir.clone() }),
+            },
+            () = signals.recv() => {
+                shutdown(&plan, &stop_tx, &mut nodes, &mut signals).await;
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn node_plan(plan: &Plan, id: u64) -> &NodePlan {
+    plan.nodes
+        .iter()
+        .find(|n| n.id == id)
+        .expect("events only come from planned nodes")
+}
+
+/// Creates the directory and checks every port is free, so that a clash
+/// (another cluster still running, say) is one clear error up front rather
+/// than nodes failing one by one. The HTTP ports are not checked: nothing
+/// binds them yet.
+fn prepare(plan: &Plan) -> Result<(), LocalClusterError> {
+    std::fs::create_dir_all(&plan.dir).map_err(|source| LocalClusterError::CreateDir {
+        path: plan.dir.clone(),
+        source,
+    })?;
+    let mut held = Vec::new();
+    for node in &plan.nodes {
+        for (what, addr) in [("client", node.client), ("peer", node.peer)] {
+            let listener =
+                StdTcpListener::bind(addr).map_err(|source| LocalClusterError::Port {
+                    id: node.id,
+                    what,
+                    addr,
+                    source,
+                })?;
+            // Held until all are checked, then released for the nodes.
+            held.push(listener);
+        }
+    }
+    Ok(())
+}
+
+/// Starts one node: a child running `warden serve` with its stderr in the
+/// log and its stdout copied there by a forwarding task (returned).
+fn spawn_node(
+    exe: &Path,
+    plan: &Plan,
+    node: &NodePlan,
+    events: mpsc::Sender<Event>,
+) -> Result<(Child, JoinHandle<()>), LocalClusterError> {
+    let log_err = |source| LocalClusterError::Log {
+        id: node.id,
+        path: node.log.clone(),
+        source,
+    };
+    let args = plan.serve_args(node);
+    let mut log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&node.log)
+        .map_err(log_err)?;
+    let shown: Vec<_> = args.iter().map(|a| a.to_string_lossy()).collect();
+    writeln!(
+        log,
+        "=== {ME}: starting node {}: {} {}",
+        node.id,
+        exe.display(),
+        shown.join(" ")
+    )
+    .map_err(log_err)?;
+    let stderr = log.try_clone().map_err(log_err)?;
+
+    let mut cmd = Command::new(exe);
+    cmd.args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        // Only matters if the supervisor fails in an unplanned way; every
+        // planned path stops and reaps the child itself.
+        .kill_on_drop(true);
+    // Own process group: a terminal's Ctrl-C goes to the supervisor only
+    // (see the module docs).
+    #[cfg(unix)]
+    cmd.process_group(0);
+    let mut child = cmd.spawn().map_err(|source| LocalClusterError::Spawn {
+        id: node.id,
+        source,
+    })?;
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let forwarder = tokio::spawn(forward_stdout(
+        node.id,
+        stdout,
+        tokio::fs::File::from_std(log),
+        node.log.clone(),
+        events,
+    ));
+    if let Some(pid) = child.id() {
+        if let Err(e) = std::fs::write(&node.pid_file, format!("{pid}\n")) {
+            eprintln!(
+                "{ME}: warning: cannot write {}: {e}",
+                node.pid_file.display()
+            );
+        }
+    }
+    Ok((child, forwarder))
+}
+
+/// Copies a node's stdout into its log line by line and reports the first
+/// ready line. Runs until the child closes stdout (it exits).
+async fn forward_stdout(
+    id: u64,
+    stdout: ChildStdout,
+    mut log: tokio::fs::File,
+    log_path: PathBuf,
+    events: mpsc::Sender<Event>,
+) {
+    let mut lines = BufReader::new(stdout).lines();
+    let mut ready_seen = false;
+    let mut log_ok = true;
+    loop {
+        let line = match lines.next_line().await {
+            Ok(Some(line)) => line,
+            Ok(None) => break,
+            Err(e) => {
+                eprintln!("{ME}: node {id}: cannot read its stdout: {e}");
+                break;
+            }
+        };
+        if log_ok {
+            let written = async {
+                log.write_all(line.as_bytes()).await?;
+                log.write_all(b"\n").await?;
+                log.flush().await
+            };
+            if let Err(e) = written.await {
+                // Keep reading regardless: a child blocked on a full pipe
+                // would stall.
+                eprintln!(
+                    "{ME}: node {id}: cannot write {}: {e}; its stdout is dropped from now on",
+                    log_path.display()
+                );
+                log_ok = false;
+            }
+        }
+        if !ready_seen {
+            if let Some(client) = line.strip_prefix(READY_LINE_PREFIX) {
+                ready_seen = true;
+                let client = client.trim().to_string();
+                // Capacity is reserved for this event; a send error means
+                // `run` is gone, and then nobody needs it.
+                let _ = events.send(Event::Ready { id, client }).await;
+            }
+        }
+    }
+}
+
+/// Owns one node's child until it is gone: reports an unasked exit, or
+/// stops it when [`run`] raises the stop level.
+async fn supervise(
+    node: NodePlan,
+    mut child: Child,
+    forwarder: JoinHandle<()>,
+    mut stop: watch::Receiver<Stop>,
+    events: mpsc::Sender<Event>,
+) -> NodeEnd {
+    let exited = tokio::select! {
+        status = child.wait() => Some(status),
+        () = requested(&mut stop, Stop::Term) => None,
+    };
+    let (status, how) = match exited {
+        Some(status) => (describe(status), EndedBy::Itself),
+        None => terminate(&mut child, &mut stop).await,
+    };
+    // The child is dead, so its stdout is closed and the forwarder ends
+    // soon; waiting for it keeps a ready line ahead of the exit.
+    let _ = forwarder.await;
+    if how == EndedBy::Itself {
+        let _ = events
+            .send(Event::Exited {
+                id: node.id,
+                status: status.clone(),
+            })
+            .await;
+    }
+    match std::fs::remove_file(&node.pid_file) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => eprintln!(
+            "{ME}: warning: cannot remove {}: {e}",
+            node.pid_file.display()
+        ),
+        _ => {}
+    }
+    NodeEnd {
+        id: node.id,
+        status,
+        how,
+    }
+}
+
+/// SIGTERM, then wait up to [`STOP_TIMEOUT`] (or until [`Stop::Kill`]),
+/// then SIGKILL.
+async fn terminate(child: &mut Child, stop: &mut watch::Receiver<Stop>) -> (String, EndedBy) {
+    let kill_now = *stop.borrow() >= Stop::Kill;
+    if !kill_now {
+        // `id()` is `None` once the child is reaped; until then its pid
+        // cannot have been reused, so the signal reaches our child.
+        if let Some(pid) = child.id() {
+            if let Err(e) = sys::terminate(pid) {
+                eprintln!("{ME}: cannot send SIGTERM to pid {pid}: {e}");
+            }
+        }
+        let clean = tokio::select! {
+            status = child.wait() => Some(status),
+            () = tokio::time::sleep(STOP_TIMEOUT) => None,
+            () = requested(stop, Stop::Kill) => None,
+        };
+        if let Some(status) = clean {
+            let clean = matches!(&status, Ok(s) if s.success());
+            return (describe(status), EndedBy::Term { clean });
+        }
+    }
+    // Fails only if the child is already gone; `wait` then has its status.
+    let _ = child.start_kill();
+    (describe(child.wait().await), EndedBy::Kill)
+}
+
+/// Completes once the stop level is at least `level`. A dropped sender
+/// means [`run`] is gone, which is taken as a request too.
+async fn requested(stop: &mut watch::Receiver<Stop>, level: Stop) {
+    // The guard is dropped at once: holding it would block the sender.
+    let _ = stop.wait_for(|s| *s >= level).await.map(drop);
+}
+
+fn describe(status: std::io::Result<ExitStatus>) -> String {
+    match status {
+        Ok(status) => status.to_string(),
+        Err(e) => format!("exit status unknown: {e}"),
+    }
+}
+
+/// Tells every node task to stop and waits for all of them; a second signal
+/// escalates to SIGKILL.
+async fn shutdown(
+    plan: &Plan,
+    stop: &watch::Sender<Stop>,
+    nodes: &mut JoinSet<NodeEnd>,
+    signals: &mut Signals,
+) {
+    eprintln!(
+        "{ME}: stopping the nodes (SIGTERM; SIGKILL after {STOP_TIMEOUT:?}, or at once on a second Ctrl-C)"
+    );
+    stop.send_replace(Stop::Term);
+    let mut escalated = false;
+    loop {
+        tokio::select! {
+            joined = nodes.join_next() => match joined {
+                None => break,
+                Some(Ok(end)) => match end.how {
+                    EndedBy::Term { clean: true } | EndedBy::Itself => {}
+                    EndedBy::Term { clean: false } => {
+                        eprintln!("{ME}: node {} stopped with {}", end.id, end.status);
+                    }
+                    EndedBy::Kill => eprintln!("{ME}: node {} was killed ({})", end.id, end.status),
+                },
+                Some(Err(e)) => eprintln!("{ME}: a node task failed: {e}"),
+            },
+            () = signals.recv(), if !escalated => {
+                escalated = true;
+                eprintln!("{ME}: second signal: killing the nodes now");
+                stop.send_replace(Stop::Kill);
+            }
+        }
+    }
+    eprintln!(
+        "{ME}: all nodes stopped; data and logs kept in {}",
+        plan.dir.display()
+    );
+}
+
+/// The stdout line, and a short guide on stderr.
+fn announce(plan: &Plan, ready: &BTreeMap<u64, String>, pids: &BTreeMap<u64, Option<u32>>) {
+    let servers = ready.values().cloned().collect::<Vec<_>>().join(",");
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = writeln!(stdout, "{SERVERS_LINE_PREFIX}{servers}").and_then(|()| stdout.flush())
+    {
+        // Stdout may be a closed pipe; the cluster is still worth running.
+        eprintln!("{ME}: warning: cannot write to stdout: {e}");
+    }
+    drop(stdout);
+
+    let mut guide = format!("{ME}: {} nodes ready\n", plan.nodes.len());
+    for node in &plan.nodes {
+        let pid = pids
+            .get(&node.id)
+            .copied()
+            .flatten()
+            .map_or_else(|| "?".to_string(), |p| p.to_string());
+        guide += &format!(
+            "  node {}  client {}  peer {}  pid {pid}  log {}\n",
+            node.id,
+            node.client,
+            node.peer,
+            node.log.display()
+        );
+    }
+    let last = plan.nodes.last().map_or(1, |n| n.id);
+    guide += &format!(
+        "Use it from another shell:\n  \
+           export {SERVERS_LINE_PREFIX}{servers}\n  \
+           wardenctl ls /\n\
+         Fail a node:  kill -9 $(cat {})  (nodes are not restarted)\n\
+         Ctrl-C stops the cluster; data and logs stay in {}",
+        plan.dir.join(format!("node-{last}.pid")).display(),
+        plan.dir.display()
+    );
+    eprintln!("{guide}");
+}
+
+/// Ctrl-C and SIGTERM, as one stream of "stop" requests.
+struct Signals {
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Signals {
+                term: signal(SignalKind::terminate())?,
+                int: signal(SignalKind::interrupt())?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(Signals {})
+    }
+
+    /// Completes on the next Ctrl-C or SIGTERM.
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.term.recv() => {}
+                _ = self.int.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// Sending SIGTERM to a child (`std` and `tokio` can only SIGKILL).
+#[cfg(unix)]
+mod sys {
+    use std::os::raw::c_int;
+
+    /// SIGTERM's number: 15 on every Unix that Rust supports.
+    const SIGTERM: c_int = 15;
+
+    // kill(2) from the C library that `std` already links. Declared here
+    // rather than taken from the `libc` crate, which this crate does not
+    // depend on; with `libc` in Cargo.toml this becomes `libc::kill`.
+    extern "C" {
+        fn kill(pid: c_int, sig: c_int) -> c_int;
+    }
+
+    pub fn terminate(pid: u32) -> std::io::Result<()> {
+        let pid = c_int::try_from(pid)
+            .map_err(|_| std::io::Error::other(format!("pid {pid} out of range")))?;
+        // SAFETY: kill(2) takes two integers and touches no memory of ours.
+        if unsafe { kill(pid, SIGTERM) } == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+}
+
+/// Elsewhere there is no SIGTERM; stopping means killing.
+#[cfg(not(unix))]
+mod sys {
+    pub fn terminate(_pid: u32) -> std::io::Result<()> {
+        Err(std::io::Error::other("SIGTERM needs Unix"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: LocalClusterArgs,
+    }
+
+    fn plan(args: &[&str]) -> Result<Plan, LocalClusterError> {
+        let mut all = vec!["warden"];
+        all.extend_from_slice(args);
+        Cli::parse_from(all).args.validate()
+    }
+
+    #[test]
+    fn defaults_lay_out_three_nodes() {
+        let p = plan(&[]).unwrap();
+        assert_eq!(p.dir, PathBuf::from("warden-local-cluster"));
+        let n2 = &p.nodes[1];
+        assert_eq!(n2.id, 2);
+        assert_eq!(n2.client.to_string(), "127.0.0.1:7001");
+        assert_eq!(n2.peer.to_string(), "127.0.0.1:7101");
+        assert_eq!(n2.http.to_string(), "127.0.0.1:7201");
+        assert_eq!(n2.data_dir, PathBuf::from("warden-local-cluster/node-2"));
+        assert_eq!(n2.log, PathBuf::from("warden-local-cluster/node-2.log"));
+        assert_eq!(
+            p.peers(),
+            "1=127.0.0.1:7100,2=127.0.0.1:7101,3=127.0.0.1:7102"
+        );
+    }
+
+    #[test]
+    fn serve_args_name_this_node_and_all_peers() {
+        let p = plan(&[
+            "--nodes",
+            "5",
+            "--base-port",
+            "9000",
+            "--data-dir",
+            "/d",
+            "--tick-ms",
+            "20",
+        ])
+        .unwrap();
+        let args: Vec<String> = p
+            .serve_args(&p.nodes[4])
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        let flag = |name: &str| {
+            let i = args.iter().position(|a| a == name).unwrap();
+            args[i + 1].clone()
+        };
+        assert_eq!(args[0], "serve");
+        assert_eq!(flag("--id"), "5");
+        assert_eq!(flag("--listen"), "127.0.0.1:9004");
+        assert_eq!(flag("--peer-listen"), "127.0.0.1:9104");
+        assert!(flag("--peers").ends_with(",5=127.0.0.1:9104"));
+        assert_eq!(flag("--peers").split(',').count(), 5);
+        assert_eq!(flag("--data-dir"), "/d/node-5");
+        assert_eq!(flag("--tick-ms"), "20");
+        assert!(!plan(&[])
+            .unwrap()
+            .serve_args(&p.nodes[0])
+            .contains(&"--tick-ms".into()));
+    }
+
+    #[test]
+    fn only_three_or_five_nodes() {
+        for n in ["0", "1", "2", "4", "6", "7"] {
+            let e = plan(&["--nodes", n]).unwrap_err();
+            assert!(e.to_string().contains("--nodes must be 3 or 5"), "{e}");
+        }
+        assert_eq!(plan(&["--nodes", "5"]).unwrap().nodes.len(), 5);
+    }
+
+    #[test]
+    fn ports_must_fit() {
+        assert!(plan(&["--base-port", "0"]).is_err());
+        // 65333 + 200 + 2 = 65535 is the last usable layout for 3 nodes.
+        assert!(plan(&["--base-port", "65333"]).is_ok());
+        let e = plan(&["--base-port", "65334"]).unwrap_err();
+        assert!(e.to_string().contains("65334..=65536"), "{e}");
+    }
+}
