@@ -116,6 +116,8 @@ impl Server {
             .arg(dir.join("data"))
             .arg("--listen")
             .arg(&self.addr)
+            .arg("--peer-listen")
+            .arg("127.0.0.1:0")
             .arg("--tick-ms")
             .arg(self.opts.tick_ms.to_string())
             .arg("--min-session-timeout-ms")

@@ -181,6 +181,8 @@ pub fn write_response(result: TxnResult, txn: &Txn) -> Result<Option<Res>, Failu
             };
             multi::response(outcome, count)
         }
+        // Answered from the stored response by the core, never here.
+        TxnResult::Duplicate { .. } => Ok(None),
         TxnResult::SessionCreated
         | TxnResult::SessionClosed { .. }
         | TxnResult::GuardedDelete { .. }

@@ -34,15 +34,6 @@ pub struct RaftTiming {
     pub heartbeat_ticks: usize,
 }
 
-impl Default for RaftTiming {
-    fn default() -> Self {
-        Self {
-            election_ticks: 10,
-            heartbeat_ticks: 3,
-        }
-    }
-}
-
 pub struct RaftNode {
     raw: RawNode<DiskStorage>,
 }
@@ -86,6 +77,10 @@ impl RaftNode {
 
     pub fn is_leader(&self) -> bool {
         self.raw.raft.state == StateRole::Leader
+    }
+
+    pub fn term(&self) -> u64 {
+        self.raw.raft.term
     }
 
     pub fn leader_id(&self) -> u64 {

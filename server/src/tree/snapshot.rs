@@ -87,6 +87,14 @@ impl DataTree {
                 session_id: *id,
                 password: s.password.clone(),
                 timeout_ms: s.timeout_ms,
+                recent: s
+                    .recent
+                    .iter()
+                    .map(|(xid, response)| crate::proto::RecentResult {
+                        xid: *xid,
+                        response: response.clone(),
+                    })
+                    .collect(),
             })
             .collect();
         Snapshot {
@@ -109,6 +117,14 @@ impl DataTree {
             let info = SessionInfo {
                 password: s.password.clone(),
                 timeout_ms: s.timeout_ms,
+                recent: s
+                    .recent
+                    .iter()
+                    .rev()
+                    .take(super::node::RECENT_RESULTS_MAX)
+                    .rev()
+                    .map(|r| (r.xid, r.response.clone()))
+                    .collect(),
             };
             if sessions.insert(s.session_id, info).is_some() {
                 return Err(SnapshotError::DuplicateSession {
