@@ -29,6 +29,11 @@ pub struct ServeArgs {
     /// a single-node group of this server alone.
     #[arg(long, default_value = "", env = "WARDEN_PEERS")]
     pub peers: String,
+    /// Join an existing group instead of forming one from --peers: the
+    /// node starts empty and waits for the leader (after `wardenctl cluster
+    /// add`). --peers must still list the members' addresses.
+    #[arg(long)]
+    pub join: bool,
     /// Raft tick.
     #[arg(long, default_value_t = 100, env = "WARDEN_TICK_MS")]
     pub tick_ms: u64,
@@ -67,6 +72,7 @@ pub struct Config {
     pub peer_listen: SocketAddr,
     pub http_listen: SocketAddr,
     pub peers: Vec<Peer>,
+    pub join: bool,
     pub tick: Duration,
     pub election_ticks: usize,
     pub heartbeat_ticks: usize,
@@ -126,6 +132,7 @@ impl ServeArgs {
             peer_listen: self.peer_listen,
             http_listen: self.http_listen,
             peers,
+            join: self.join,
             tick: Duration::from_millis(self.tick_ms),
             election_ticks: self.election_ticks,
             heartbeat_ticks: self.heartbeat_ticks,

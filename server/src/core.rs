@@ -24,7 +24,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prost::Message as _;
-use raft::eraftpb::{Entry, Message as RaftMessage, Snapshot as RaftSnapshot};
+use raft::eraftpb::{
+    ConfChange, ConfChangeType, ConfState, Entry, Message as RaftMessage, Snapshot as RaftSnapshot,
+};
 use raft::{ReadState, SoftState, StateRole};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -58,6 +60,8 @@ const STATUS_TICKS: u64 = 5;
 /// answered with an error (a leader change or a lost quorum otherwise
 /// leaves it waiting for ever). The outcome of such a write is unknown.
 const PROPOSAL_TIMEOUT: Duration = Duration::from_secs(5);
+/// A peer whose status is older than this is reported unreachable.
+const PEER_STATUS_FRESH: Duration = Duration::from_secs(3);
 /// Bound of the channel from peer connections to the core.
 pub const PEER_INBOX_MAX: usize = 4096;
 
@@ -179,6 +183,9 @@ struct Machine {
     client_addr: String,
     /// Set when a new leader became known; the core then re-proposes.
     leader_changed: bool,
+    /// Set when a member was added: a snapshot that includes it is taken at
+    /// once, so the new member can be initialized from it.
+    snapshot_wanted: bool,
 }
 
 pub struct Core {
@@ -232,10 +239,14 @@ impl Core {
             election_ticks: cfg.election_ticks,
             heartbeat_ticks: cfg.heartbeat_ticks,
         };
-        let raft = RaftNode::open(cfg.id, voters, storage, &timing, applied)?;
+        let raft = RaftNode::open(cfg.id, voters, cfg.join, storage, &timing, applied)?;
         let mut transport = Transport::new(cfg.id, runtime);
         for p in &cfg.peers {
             transport.add_peer(p.id, &p.addr);
+        }
+        // Members added later by conf changes override --peers.
+        for (id, addr) in tree.members() {
+            transport.add_peer(*id, addr);
         }
         Ok(Self {
             raft,
@@ -258,6 +269,7 @@ impl Core {
                 peer_status: HashMap::new(),
                 client_addr: client_addr.to_string(),
                 leader_changed: false,
+                snapshot_wanted: false,
             },
             // Random start: ids stay unique across restarts, so an entry of
             // an earlier life replayed from the log never answers a new
@@ -348,7 +360,10 @@ impl Core {
             }
         }
         let applied = self.m.tree.applied_index();
-        if applied >= self.last_snapshot_index + self.m.cfg.snapshot_entries {
+        let due = applied >= self.last_snapshot_index + self.m.cfg.snapshot_entries;
+        if (std::mem::take(&mut self.m.snapshot_wanted) || due)
+            && applied > self.last_snapshot_index
+        {
             let started = Instant::now();
             let data = self.m.tree.to_snapshot().encode_to_vec();
             let bytes = data.len();
@@ -736,6 +751,26 @@ impl Core {
         let slot = match ops::plan(op, session_id) {
             Plan::Reject(f) => Slot::Done(error_frame(xid, self.m.tree.applied_index(), f)),
             Plan::Ping => Slot::Ping { xid },
+            Plan::ClusterStatus => {
+                let status = self.cluster_status();
+                let zxid = self.m.tree.applied_index();
+                Slot::Done(response_frame(
+                    xid,
+                    zxid,
+                    Ok(Some(Res::ClusterStatus(status))),
+                ))
+            }
+            Plan::AddMember(r) => {
+                let change_type = if r.learner {
+                    ConfChangeType::AddLearnerNode
+                } else {
+                    ConfChangeType::AddNode
+                };
+                self.conf_change_slot(conn, xid, change_type, r.id, r.addr)
+            }
+            Plan::RemoveMember(r) => {
+                self.conf_change_slot(conn, xid, ConfChangeType::RemoveNode, r.id, String::new())
+            }
             Plan::Read { op, linearizable } => {
                 let read_index = if linearizable {
                     let ctx = self.new_request_id();
@@ -770,6 +805,114 @@ impl Core {
         };
         self.m.enqueue(conn, slot);
         self.m.flush(conn);
+    }
+
+    fn conf_change_slot(
+        &mut self,
+        conn: ConnId,
+        xid: u64,
+        change_type: ConfChangeType,
+        node_id: u64,
+        addr: String,
+    ) -> Slot {
+        let request_id = self.new_request_id();
+        let context = proto::ConfChangeContext {
+            origin_node: self.m.node_id,
+            request_id,
+            addr,
+        }
+        .encode_to_vec();
+        let change = ConfChange {
+            change_type,
+            node_id,
+            ..Default::default()
+        };
+        match self.raft.propose_conf_change(context, change) {
+            Ok(()) => {
+                info!(node_id, ?change_type, "membership change proposed");
+                self.m.waiters.insert(
+                    request_id,
+                    Waiting {
+                        waiter: Waiter::Request { conn },
+                        since: Instant::now(),
+                        proposal: None,
+                    },
+                );
+                Slot::Write { xid, request_id }
+            }
+            Err(e) => {
+                let f = Failure::new(
+                    ErrorCode::NotReady,
+                    format!("membership change for {node_id} refused: {e}"),
+                );
+                Slot::Done(error_frame(xid, self.m.tree.applied_index(), f))
+            }
+        }
+    }
+
+    /// Every member of the group as this server sees it.
+    fn cluster_status(&self) -> pb::ClusterStatusResponse {
+        let conf = self.raft.conf_state();
+        let me = self.own_status();
+        let commit = self.raft.commit_index();
+        let mut ids: Vec<(u64, bool)> = conf.voters.iter().map(|id| (*id, true)).collect();
+        ids.extend(conf.learners.iter().map(|id| (*id, false)));
+        ids.sort_unstable();
+        let now = Instant::now();
+        let members = ids
+            .into_iter()
+            .map(|(id, voter)| {
+                let learner_role = |role: &str| {
+                    if voter {
+                        role.to_string()
+                    } else {
+                        "learner".to_string()
+                    }
+                };
+                if id == self.m.node_id {
+                    return pb::MemberStatus {
+                        id,
+                        addr: me.peer_addr.clone(),
+                        client_addr: me.client_addr.clone(),
+                        role: learner_role(&me.role),
+                        term: me.term,
+                        commit_index: me.commit_index,
+                        applied_index: me.applied_index,
+                        lag: commit.saturating_sub(me.applied_index),
+                        voter,
+                        reachable: true,
+                    };
+                }
+                let addr = self.m.transport.addr_of(id).unwrap_or_default().to_string();
+                match self.m.peer_status.get(&id) {
+                    Some((st, at)) => pb::MemberStatus {
+                        id,
+                        addr,
+                        client_addr: st.client_addr.clone(),
+                        role: learner_role(&st.role),
+                        term: st.term,
+                        commit_index: st.commit_index,
+                        applied_index: st.applied_index,
+                        lag: commit.saturating_sub(st.applied_index),
+                        voter,
+                        reachable: now.duration_since(*at) < PEER_STATUS_FRESH,
+                    },
+                    None => pb::MemberStatus {
+                        id,
+                        addr,
+                        role: "unknown".to_string(),
+                        voter,
+                        reachable: false,
+                        ..Default::default()
+                    },
+                }
+            })
+            .collect();
+        pb::ClusterStatusResponse {
+            server_id: self.m.node_id,
+            leader_id: self.m.leader_id,
+            members,
+        }
     }
 
     fn write_slot(&mut self, conn: ConnId, xid: u64, txn: Txn) -> Slot {
@@ -1187,6 +1330,46 @@ impl ReadyHandler for Machine {
             }
         }
         self.serve_unblocked_reads();
+    }
+
+    fn conf_changed(&mut self, index: u64, change: &ConfChange, conf: &ConfState) {
+        let ctx = proto::ConfChangeContext::decode(&change.context[..]).unwrap_or_default();
+        let id = change.node_id;
+        match change.get_change_type() {
+            _ if id == 0 => self.tree.skip(index),
+            ConfChangeType::AddNode | ConfChangeType::AddLearnerNode => {
+                // An empty address: a promotion of a member we already know.
+                let addr = if ctx.addr.is_empty() {
+                    self.tree
+                        .members()
+                        .get(&id)
+                        .cloned()
+                        .or_else(|| self.transport.addr_of(id).map(str::to_string))
+                } else {
+                    Some(ctx.addr.clone())
+                };
+                self.tree.apply_member_change(index, id, addr.as_deref());
+                if let Some(a) = &addr {
+                    self.transport.add_peer(id, a);
+                }
+                self.snapshot_wanted = true;
+            }
+            ConfChangeType::RemoveNode => {
+                self.tree.apply_member_change(index, id, None);
+                self.transport.remove_peer(id);
+                self.peer_status.remove(&id);
+            }
+        }
+        info!(index, node_id = id, change = ?change.get_change_type(), voters = ?conf.voters, learners = ?conf.learners, "membership changed");
+        if ctx.origin_node == self.node_id && ctx.request_id != 0 {
+            if let Some(w) = self.waiters.remove(&ctx.request_id) {
+                if let Waiter::Request { conn } = w.waiter {
+                    self.complete_write(conn, ctx.request_id, |xid| {
+                        response_frame(xid, index, Ok(None))
+                    });
+                }
+            }
+        }
     }
 
     fn role_changed(&mut self, ss: &SoftState) {

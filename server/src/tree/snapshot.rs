@@ -101,6 +101,14 @@ impl DataTree {
             applied_index: self.applied_index,
             nodes,
             sessions,
+            members: self
+                .members
+                .iter()
+                .map(|(id, addr)| crate::proto::SnapshotMember {
+                    id: *id,
+                    addr: addr.clone(),
+                })
+                .collect(),
         }
     }
 
@@ -139,6 +147,11 @@ impl DataTree {
             containers: BTreeSet::new(),
             ttls: BTreeSet::new(),
             applied_index: snap.applied_index,
+            members: snap
+                .members
+                .iter()
+                .map(|m| (m.id, m.addr.clone()))
+                .collect(),
         };
 
         let mut stored = snap.nodes.iter();
