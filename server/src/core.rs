@@ -822,9 +822,12 @@ impl Core {
             addr,
         }
         .encode_to_vec();
+        // The context travels inside the ConfChange itself (the entry's own
+        // context field is not handed back on apply).
         let change = ConfChange {
             change_type,
             node_id,
+            context: context.clone().into(),
             ..Default::default()
         };
         match self.raft.propose_conf_change(context, change) {
