@@ -60,6 +60,9 @@ const STATUS_TICKS: u64 = 5;
 /// answered with an error (a leader change or a lost quorum otherwise
 /// leaves it waiting for ever). The outcome of such a write is unknown.
 const PROPOSAL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Snapshot once this many bytes of entries were applied since the last
+/// one, whatever their count: the log stays bounded in size too.
+const SNAPSHOT_LOG_BYTES: u64 = 64 * 1024 * 1024;
 /// A peer whose status is older than this is reported unreachable.
 const PEER_STATUS_FRESH: Duration = Duration::from_secs(3);
 /// Bound of the channel from peer connections to the core.
@@ -186,6 +189,8 @@ struct Machine {
     /// Set when a member was added: a snapshot that includes it is taken at
     /// once, so the new member can be initialized from it.
     snapshot_wanted: bool,
+    /// Bytes of entries applied since the last snapshot.
+    applied_bytes: u64,
 }
 
 pub struct Core {
@@ -270,6 +275,7 @@ impl Core {
                 client_addr: client_addr.to_string(),
                 leader_changed: false,
                 snapshot_wanted: false,
+                applied_bytes: 0,
             },
             // Random start: ids stay unique across restarts, so an entry of
             // an earlier life replayed from the log never answers a new
@@ -360,7 +366,8 @@ impl Core {
             }
         }
         let applied = self.m.tree.applied_index();
-        let due = applied >= self.last_snapshot_index + self.m.cfg.snapshot_entries;
+        let due = applied >= self.last_snapshot_index + self.m.cfg.snapshot_entries
+            || self.m.applied_bytes >= SNAPSHOT_LOG_BYTES;
         if (std::mem::take(&mut self.m.snapshot_wanted) || due)
             && applied > self.last_snapshot_index
         {
@@ -369,6 +376,7 @@ impl Core {
             let bytes = data.len();
             self.raft.compact(applied, data)?;
             self.last_snapshot_index = applied;
+            self.m.applied_bytes = 0;
             info!(
                 index = applied,
                 bytes,
@@ -1195,6 +1203,7 @@ impl ReadyHandler for Machine {
 
     fn apply(&mut self, entry: &Entry) {
         let zxid = entry.index;
+        self.applied_bytes += entry.data.len() as u64;
         if entry.data.is_empty() {
             self.tree.skip(zxid);
             return;

@@ -53,7 +53,9 @@ async fn create_acked(c: &Client, path: &str, data: &[u8]) -> bool {
                 assert!(
                     matches!(
                         e.code(),
-                        ErrorCode::ConnectionLoss | ErrorCode::NotReady | ErrorCode::OperationTimeout
+                        ErrorCode::ConnectionLoss
+                            | ErrorCode::NotReady
+                            | ErrorCode::OperationTimeout
                     ),
                     "{path}: unexpected error {e}"
                 );
@@ -75,7 +77,9 @@ async fn writes_and_reads_through_every_server(nodes: usize) {
     }
     for (i, c) in clients.iter().enumerate() {
         let path = format!("/via-{}", i + 1);
-        c.create(&path, path.as_bytes(), CreateOptions::default()).await.unwrap();
+        c.create(&path, path.as_bytes(), CreateOptions::default())
+            .await
+            .unwrap();
         // A session reads its own write at once, on whatever server it is.
         assert_eq!(c.get_data(&path).await.unwrap().0, path.as_bytes());
     }
@@ -109,7 +113,9 @@ async fn leader_kill_under_load(nodes: usize) {
     let servers = cluster.servers();
     let c = connect(&servers).await;
     let session = c.session_id();
-    c.create("/load", b"", CreateOptions::default()).await.unwrap();
+    c.create("/load", b"", CreateOptions::default())
+        .await
+        .unwrap();
     let old_leader = leader(&cluster, &cluster.node_ids()).await;
 
     let writers: Vec<_> = (0..4)
@@ -135,12 +141,19 @@ async fn leader_kill_under_load(nodes: usize) {
         acked.extend(w.await.unwrap());
     }
     assert_eq!(acked.len(), 240, "every write was eventually acknowledged");
-    let up: Vec<usize> = cluster.node_ids().into_iter().filter(|&i| i != old_leader).collect();
+    let up: Vec<usize> = cluster
+        .node_ids()
+        .into_iter()
+        .filter(|&i| i != old_leader)
+        .collect();
     let new_leader = leader(&cluster, &up).await;
     assert_ne!(new_leader, old_leader);
     // Same session throughout.
     assert_eq!(c.session_id(), session);
-    assert_eq!(*c.session_events().borrow(), warden_client::SessionState::Connected);
+    assert_eq!(
+        *c.session_events().borrow(),
+        warden_client::SessionState::Connected
+    );
 
     // Every acknowledged write is there, read through every live server.
     for &i in &up {
@@ -177,8 +190,18 @@ async fn five_nodes_serve_with_two_down_and_refuse_with_three_down() {
     let second = if first == 1 { 2 } else { 1 };
     cluster.kill9(first);
     cluster.kill9(second);
-    let up: Vec<usize> = cluster.node_ids().into_iter().filter(|i| ![first, second].contains(i)).collect();
-    let c = connect(&up.iter().map(|&i| cluster.addr(i)).collect::<Vec<_>>().join(",")).await;
+    let up: Vec<usize> = cluster
+        .node_ids()
+        .into_iter()
+        .filter(|i| ![first, second].contains(i))
+        .collect();
+    let c = connect(
+        &up.iter()
+            .map(|&i| cluster.addr(i))
+            .collect::<Vec<_>>()
+            .join(","),
+    )
+    .await;
     assert!(create_acked(&c, "/two-down", b"ok").await);
     assert_eq!(c.get_data("/two-down").await.unwrap().0, b"ok");
 
@@ -210,12 +233,19 @@ async fn five_nodes_serve_with_two_down_and_refuse_with_three_down() {
             break;
         }
     }
-    assert!(saw_refusal, "once no leader is left, writes are refused with NotReady");
+    assert!(
+        saw_refusal,
+        "once no leader is left, writes are refused with NotReady"
+    );
 }
 
 /// A client on whichever of `ids` accepts a session.
 async fn connect_any(cluster: &Cluster, ids: &[usize]) -> Client {
-    let servers = ids.iter().map(|&i| cluster.addr(i)).collect::<Vec<_>>().join(",");
+    let servers = ids
+        .iter()
+        .map(|&i| cluster.addr(i))
+        .collect::<Vec<_>>()
+        .join(",");
     match Client::connect(&servers, opts()).await {
         Ok(c) => c,
         Err(e) => panic!("connect to {servers}: {e}"),
@@ -234,13 +264,27 @@ async fn restarted_node_catches_up_through_a_snapshot() {
     let l = leader(&cluster, &cluster.node_ids()).await;
     let lagging = if l == 3 { 2 } else { 3 };
     cluster.kill9(lagging);
-    let up: Vec<usize> = cluster.node_ids().into_iter().filter(|&i| i != lagging).collect();
-    let c = connect(&up.iter().map(|&i| cluster.addr(i)).collect::<Vec<_>>().join(",")).await;
-    c.create("/catch", b"", CreateOptions::default()).await.unwrap();
+    let up: Vec<usize> = cluster
+        .node_ids()
+        .into_iter()
+        .filter(|&i| i != lagging)
+        .collect();
+    let c = connect(
+        &up.iter()
+            .map(|&i| cluster.addr(i))
+            .collect::<Vec<_>>()
+            .join(","),
+    )
+    .await;
+    c.create("/catch", b"", CreateOptions::default())
+        .await
+        .unwrap();
     let mut written = BTreeMap::new();
     for i in 0..120 {
         let path = format!("/catch/n{i}");
-        c.create(&path, format!("{i}").as_bytes(), CreateOptions::default()).await.unwrap();
+        c.create(&path, format!("{i}").as_bytes(), CreateOptions::default())
+            .await
+            .unwrap();
         written.insert(path, format!("{i}"));
     }
     // The log behind the snapshots is gone on the others: the restarted
@@ -252,7 +296,9 @@ async fn restarted_node_catches_up_through_a_snapshot() {
         assert_eq!(String::from_utf8_lossy(&r.get_data(p).await.unwrap().0), *d);
     }
     assert!(
-        cluster.log(lagging).contains("state machine replaced by leader snapshot"),
+        cluster
+            .log(lagging)
+            .contains("state machine replaced by leader snapshot"),
         "the node caught up without a snapshot; log:\n{}",
         cluster.log(lagging)
     );
@@ -277,9 +323,14 @@ async fn session_moves_to_another_server_with_its_ephemerals_and_missed_events()
     .await
     .unwrap();
     let other = connect(cluster.addr(l)).await;
-    other.create("/watched", b"0", CreateOptions::default()).await.unwrap();
+    other
+        .create("/watched", b"0", CreateOptions::default())
+        .await
+        .unwrap();
     c.sync("/").await.unwrap();
-    c.create("/mine", b"", CreateOptions::ephemeral()).await.unwrap();
+    c.create("/mine", b"", CreateOptions::ephemeral())
+        .await
+        .unwrap();
     let (_, _, data_watch) = c.get_data_watch("/watched").await.unwrap();
     let (_, _, child_watch) = c.get_children_watch("/watched").await.unwrap();
 
@@ -288,7 +339,10 @@ async fn session_moves_to_another_server_with_its_ephemerals_and_missed_events()
     let pid = cluster.pid(first).expect("running");
     signal(pid, libc::SIGSTOP);
     let changed = other.set_data("/watched", b"1", None).await.unwrap();
-    other.create("/watched/kid", b"", CreateOptions::default()).await.unwrap();
+    other
+        .create("/watched/kid", b"", CreateOptions::default())
+        .await
+        .unwrap();
 
     let e = tokio::time::timeout(Duration::from_secs(20), data_watch)
         .await
@@ -296,11 +350,18 @@ async fn session_moves_to_another_server_with_its_ephemerals_and_missed_events()
         .unwrap();
     assert_eq!(e.event_type, EventType::NodeDataChanged);
     assert!(e.zxid >= changed.mzxid);
-    let e = tokio::time::timeout(Duration::from_secs(20), child_watch).await.unwrap().unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(20), child_watch)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(e.event_type, EventType::NodeChildrenChanged);
 
     // Same session, ephemeral kept, and it reads what it was told about.
-    let stat = c.exists("/mine").await.unwrap().expect("ephemeral kept across the move");
+    let stat = c
+        .exists("/mine")
+        .await
+        .unwrap()
+        .expect("ephemeral kept across the move");
     assert_eq!(stat.ephemeral_owner, c.session_id());
     assert_eq!(c.get_data("/watched").await.unwrap().0, b"1");
     signal(pid, libc::SIGCONT);
@@ -321,5 +382,96 @@ async fn errors_name_the_problem() {
     assert_eq!(err.code(), ErrorCode::BadArguments);
     let err = c.add_member(9, "no-port", false).await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::BadArguments);
-    assert!(matches!(err, Error::Api { ref message, .. } if message.contains("HOST:PORT")), "{err:?}");
+    assert!(
+        matches!(err, Error::Api { ref message, .. } if message.contains("HOST:PORT")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn membership_changes_under_load_lose_nothing() {
+    let mut cluster = Cluster::start_with_spares(3, 2, ServerOptions::default());
+    let members: Vec<usize> = vec![1, 2, 3];
+    let servers = members
+        .iter()
+        .map(|&i| cluster.addr(i))
+        .collect::<Vec<_>>()
+        .join(",");
+    let c = connect(&servers).await;
+    c.create("/m", b"", CreateOptions::default()).await.unwrap();
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..3)
+        .map(|w| {
+            let c = c.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut acked = Vec::new();
+                let mut i = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let path = format!("/m/w{w}-{i}");
+                    if create_acked(&c, &path, b"x").await {
+                        acked.push(path);
+                    }
+                    i += 1;
+                }
+                acked
+            })
+        })
+        .collect();
+
+    // Node 4 joins as a learner, catches up, and is promoted.
+    cluster.launch_spare(4);
+    let peer4 = cluster.peer_addr(4).to_string();
+    c.add_member(4, &peer4, true).await.unwrap();
+    cluster.await_ready(4);
+    let status = c.cluster_status().await.unwrap();
+    let m4 = status
+        .members
+        .iter()
+        .find(|m| m.id == 4)
+        .expect("node 4 listed");
+    assert!(!m4.voter);
+    c.add_member(4, &peer4, false).await.unwrap();
+    // Node 5 joins as a voter straight away.
+    cluster.launch_spare(5);
+    let peer5 = cluster.peer_addr(5).to_string();
+    c.add_member(5, &peer5, false).await.unwrap();
+    cluster.await_ready(5);
+    // A follower of the original three leaves.
+    let l = leader(&cluster, &[1, 2, 3, 4, 5]).await;
+    let leaving = [1, 2, 3].into_iter().find(|&i| i != l).unwrap();
+    c.remove_member(leaving as u64).await.unwrap();
+    cluster.stop(leaving);
+
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut acked = Vec::new();
+    for w in writers {
+        acked.extend(w.await.unwrap());
+    }
+    assert!(!acked.is_empty());
+
+    let status = c.cluster_status().await.unwrap();
+    let mut ids: Vec<u64> = status.members.iter().map(|m| m.id).collect();
+    ids.sort_unstable();
+    let mut expected: Vec<u64> = [1, 2, 3, 4, 5]
+        .into_iter()
+        .filter(|&i| i != leaving as u64)
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(ids, expected);
+    assert!(status.members.iter().all(|m| m.voter));
+
+    for i in [4usize, 5] {
+        let r = connect(cluster.addr(i)).await;
+        r.sync("/m").await.unwrap();
+        let (children, _) = r.get_children("/m").await.unwrap();
+        for p in &acked {
+            let name = p.rsplit('/').next().unwrap();
+            assert!(
+                children.iter().any(|c| c == name),
+                "{p} missing on node {i}"
+            );
+        }
+    }
 }

@@ -21,7 +21,9 @@ impl Raw {
 
     fn send(&mut self, f: pb::ClientFrame) {
         let body = f.encode_to_vec();
-        self.0.write_all(&(body.len() as u32).to_be_bytes()).unwrap();
+        self.0
+            .write_all(&(body.len() as u32).to_be_bytes())
+            .unwrap();
         self.0.write_all(&body).unwrap();
     }
 
@@ -51,7 +53,10 @@ impl Raw {
 
     fn request(&mut self, xid: u64, op: Op) {
         self.send(pb::ClientFrame {
-            kind: Some(client_frame::Kind::Request(pb::Request { xid, op: Some(op) })),
+            kind: Some(client_frame::Kind::Request(pb::Request {
+                xid,
+                op: Some(op),
+            })),
         });
     }
 
@@ -91,10 +96,13 @@ fn retried_writes_apply_once(first: &str, second: &str) {
     let mut a = Raw::connect(first);
     let hello = a.handshake(0, vec![]);
     assert_eq!(hello.error, 0);
-    a.request(1, Op::Create(pb::CreateRequest {
-        path: "/q".into(),
-        ..Default::default()
-    }));
+    a.request(
+        1,
+        Op::Create(pb::CreateRequest {
+            path: "/q".into(),
+            ..Default::default()
+        }),
+    );
     assert_eq!(a.response().error, 0);
 
     // Answer read, then the connection drops; the client retries anyway.
@@ -103,11 +111,14 @@ fn retried_writes_apply_once(first: &str, second: &str) {
     assert_eq!(original.error, 0);
     // Answer never read: the connection drops right after sending.
     a.request(3, seq_create("/q/item-"));
-    a.request(4, Op::SetData(pb::SetDataRequest {
-        path: "/q".into(),
-        data: b"once".to_vec(),
-        version: Some(0),
-    }));
+    a.request(
+        4,
+        Op::SetData(pb::SetDataRequest {
+            path: "/q".into(),
+            data: b"once".to_vec(),
+            version: Some(0),
+        }),
+    );
     drop(a);
 
     let mut b = Raw::connect(second);
@@ -116,17 +127,24 @@ fn retried_writes_apply_once(first: &str, second: &str) {
     b.request(2, seq_create("/q/item-"));
     let retry2 = b.response();
     assert_eq!(retry2.error, 0, "{retry2:?}");
-    assert_eq!(created_path(&retry2), created_path(&original), "same answer as the first apply");
+    assert_eq!(
+        created_path(&retry2),
+        created_path(&original),
+        "same answer as the first apply"
+    );
     b.request(3, seq_create("/q/item-"));
     let retry3 = b.response();
     assert_eq!(retry3.error, 0);
     // A version-guarded set retried: applied once, so the retry is not a
     // BadVersion but the original success.
-    b.request(4, Op::SetData(pb::SetDataRequest {
-        path: "/q".into(),
-        data: b"once".to_vec(),
-        version: Some(0),
-    }));
+    b.request(
+        4,
+        Op::SetData(pb::SetDataRequest {
+            path: "/q".into(),
+            data: b"once".to_vec(),
+            version: Some(0),
+        }),
+    );
     let retry4 = b.response();
     assert_eq!(retry4.error, ErrorCode::Ok as i32, "{retry4:?}");
 
