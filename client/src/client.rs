@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, watch};
+use warden_protocol::pb::ClusterStatusResponse as ClusterStatus;
 use warden_protocol::{pb, ErrorCode};
 
 use crate::connection::{self, Command};
@@ -284,6 +285,35 @@ impl Client {
             path: path.to_string(),
         });
         self.call(path, op, None).await.map(drop)
+    }
+
+    /// The members of the Raft group as the connected server sees them
+    /// (role, term, commit and applied index, lag).
+    pub async fn cluster_status(&self) -> Result<ClusterStatus> {
+        let op = pb::request::Op::ClusterStatus(pb::ClusterStatusRequest {});
+        let response = self.call("", op, None).await?;
+        match response.result {
+            Some(pb::response::Result::ClusterStatus(status)) => Ok(status),
+            _ => Err(malformed("")),
+        }
+    }
+
+    /// Adds server `id` (peer address `addr`) to the group as a voter, or
+    /// as a non-voting learner. Adding an existing learner as a voter
+    /// promotes it. Start the new server with `--join` first.
+    pub async fn add_member(&self, id: u64, addr: &str, learner: bool) -> Result<()> {
+        let op = pb::request::Op::AddMember(pb::AddMemberRequest {
+            id,
+            addr: addr.to_string(),
+            learner,
+        });
+        self.call("", op, None).await.map(drop)
+    }
+
+    /// Removes server `id` from the group.
+    pub async fn remove_member(&self, id: u64) -> Result<()> {
+        let op = pb::request::Op::RemoveMember(pb::RemoveMemberRequest { id });
+        self.call("", op, None).await.map(drop)
     }
 
     /// The ACL of `path` and its stat.

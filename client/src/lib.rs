@@ -55,5 +55,6 @@ pub use types::{
     Acl, ConnectOptions, CreateOptions, EventType, SessionState, Stat, WatchEvent,
     CONNECT_TIMEOUT_DEFAULT, REQUEST_TIMEOUT_DEFAULT, SESSION_TIMEOUT_DEFAULT,
 };
+pub use warden_protocol::pb::{ClusterStatusResponse as ClusterStatus, MemberStatus};
 pub use warden_protocol::{perms, ErrorCode};
 pub use watch::{OneshotWatch, PersistentWatch, PERSISTENT_WATCH_EVENTS_MAX, WATCHES_MAX};

@@ -15,6 +15,7 @@ fn create(path: String) -> Txn {
             data: vec![0u8; 64],
             ..Default::default()
         })),
+        ..Default::default()
     }
 }
 
@@ -45,6 +46,7 @@ fn bench(c: &mut Criterion) {
                             data: vec![1u8; 64],
                             version: None,
                         })),
+                        ..Default::default()
                     };
                     black_box(t.apply(base + i + 1, 1, &txn));
                 }

@@ -29,9 +29,22 @@ pub struct ServeArgs {
     /// a single-node group of this server alone.
     #[arg(long, default_value = "", env = "WARDEN_PEERS")]
     pub peers: String,
-    /// Raft tick. Elections take 10 ticks, heartbeats 3.
+    /// Join an existing group instead of forming one from --peers: the
+    /// node starts empty and waits for the leader (after `wardenctl cluster
+    /// add`). --peers must still list the members' addresses.
+    #[arg(long)]
+    pub join: bool,
+    /// Raft tick.
     #[arg(long, default_value_t = 100, env = "WARDEN_TICK_MS")]
     pub tick_ms: u64,
+    /// Ticks without a leader's heartbeat before a follower starts an
+    /// election (randomized between this and twice this).
+    #[arg(long, default_value_t = 5)]
+    pub election_ticks: usize,
+    /// Ticks between a leader's heartbeats; must be less than
+    /// --election-ticks.
+    #[arg(long, default_value_t = 1)]
+    pub heartbeat_ticks: usize,
     /// Smallest session timeout granted to clients.
     #[arg(long, default_value_t = 1000)]
     pub min_session_timeout_ms: u32,
@@ -59,7 +72,10 @@ pub struct Config {
     pub peer_listen: SocketAddr,
     pub http_listen: SocketAddr,
     pub peers: Vec<Peer>,
+    pub join: bool,
     pub tick: Duration,
+    pub election_ticks: usize,
+    pub heartbeat_ticks: usize,
     pub min_session_timeout_ms: u32,
     pub max_session_timeout_ms: u32,
     pub snapshot_entries: u64,
@@ -75,6 +91,8 @@ pub enum ConfigError {
         "--min-session-timeout-ms ({min}) must be > 0 and <= --max-session-timeout-ms ({max})"
     )]
     SessionTimeouts { min: u32, max: u32 },
+    #[error("--heartbeat-ticks ({heartbeat}) must be at least 1 and less than --election-ticks ({election})")]
+    Ticks { election: usize, heartbeat: usize },
     #[error("--snapshot-entries must be at least 1")]
     SnapshotEntries,
     #[error("--peers: {0}")]
@@ -97,6 +115,12 @@ impl ServeArgs {
                 max: self.max_session_timeout_ms,
             });
         }
+        if self.heartbeat_ticks == 0 || self.heartbeat_ticks >= self.election_ticks {
+            return Err(ConfigError::Ticks {
+                election: self.election_ticks,
+                heartbeat: self.heartbeat_ticks,
+            });
+        }
         if self.snapshot_entries == 0 {
             return Err(ConfigError::SnapshotEntries);
         }
@@ -108,7 +132,10 @@ impl ServeArgs {
             peer_listen: self.peer_listen,
             http_listen: self.http_listen,
             peers,
+            join: self.join,
             tick: Duration::from_millis(self.tick_ms),
+            election_ticks: self.election_ticks,
+            heartbeat_ticks: self.heartbeat_ticks,
             min_session_timeout_ms: self.min_session_timeout_ms,
             max_session_timeout_ms: self.max_session_timeout_ms,
             snapshot_entries: self.snapshot_entries,
@@ -196,6 +223,7 @@ mod tests {
         assert!(parse(&["--peers", "x=b:2"]).is_err());
         assert!(parse(&["--peers", "1=a:1,1=b:2"]).is_err());
         assert!(parse(&["--id", "0"]).is_err());
+        assert!(parse(&["--election-ticks", "3", "--heartbeat-ticks", "3"]).is_err());
         assert!(parse(&[
             "--min-session-timeout-ms",
             "5",

@@ -24,7 +24,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prost::Message as _;
-use raft::eraftpb::{Entry, Message as RaftMessage, Snapshot as RaftSnapshot};
+use raft::eraftpb::{
+    ConfChange, ConfChangeType, ConfState, Entry, Message as RaftMessage, Snapshot as RaftSnapshot,
+};
 use raft::{ReadState, SoftState, StateRole};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -33,8 +35,9 @@ use warden_protocol::pb::{self, response::Result as Res, ErrorCode, SessionState
 
 use crate::config::Config;
 use crate::ops::{self, Failure, Plan, ReadOp};
-use crate::proto::{self, txn::Kind, CloseReason, Proposal, Txn};
+use crate::proto::{self, peer_frame, txn::Kind, CloseReason, PeerFrame, Proposal, Txn};
 use crate::raft::node::{NodeError, RaftTiming};
+use crate::raft::transport::Transport;
 use crate::raft::{DiskStorage, RaftNode, ReadyHandler};
 use crate::session::{self, SessionTracker};
 use crate::tree::{Applied, DataTree, TxnResult};
@@ -51,6 +54,19 @@ const BATCH_MSGS_MAX: usize = 1024;
 /// How often (in ticks) the leader looks for empty containers and expired
 /// TTL nodes.
 const REMOVAL_CHECK_TICKS: u64 = 5;
+/// How often (in ticks) every server tells its peers its own status.
+const STATUS_TICKS: u64 = 5;
+/// How long a write or a linearizable read may wait for raft before it is
+/// answered with an error (a leader change or a lost quorum otherwise
+/// leaves it waiting for ever). The outcome of such a write is unknown.
+const PROPOSAL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Snapshot once this many bytes of entries were applied since the last
+/// one, whatever their count: the log stays bounded in size too.
+const SNAPSHOT_LOG_BYTES: u64 = 64 * 1024 * 1024;
+/// A peer whose status is older than this is reported unreachable.
+const PEER_STATUS_FRESH: Duration = Duration::from_secs(3);
+/// Bound of the channel from peer connections to the core.
+pub const PEER_INBOX_MAX: usize = 4096;
 
 /// A message from a connection task.
 #[derive(Debug)]
@@ -131,6 +147,16 @@ enum Waiter {
     Request { conn: ConnId },
 }
 
+/// A waiter and when its proposal was made.
+#[derive(Debug)]
+struct Waiting {
+    waiter: Waiter,
+    since: Instant,
+    /// The encoded proposal, when it is safe to propose again after a
+    /// leader change (applying it twice changes nothing).
+    proposal: Option<Vec<u8>>,
+}
+
 /// Everything but the raft node: the state machine and its clients.
 struct Machine {
     node_id: u64,
@@ -140,9 +166,9 @@ struct Machine {
     sessions: SessionTracker,
     conns: HashMap<ConnId, Conn>,
     session_conn: HashMap<u64, ConnId>,
-    waiters: HashMap<u64, Waiter>,
-    /// ReadIndex contexts in flight: ctx -> connection.
-    read_waiters: HashMap<u64, ConnId>,
+    waiters: HashMap<u64, Waiting>,
+    /// ReadIndex contexts in flight: ctx -> (connection, asked at).
+    read_waiters: HashMap<u64, (ConnId, Instant)>,
     /// Connections with a read whose ReadIndex answer is ahead of what we
     /// have applied, by that index: flushed once `applied` reaches it.
     reads_blocked: BTreeMap<u64, HashSet<ConnId>>,
@@ -150,6 +176,21 @@ struct Machine {
     removals_inflight: HashSet<String>,
     role: StateRole,
     leader_id: u64,
+    transport: Transport,
+    /// Sessions heard from on this follower since the last report to the
+    /// leader.
+    touched: HashSet<u64>,
+    /// Latest status each peer sent us, and when.
+    peer_status: HashMap<u64, (proto::NodeStatus, Instant)>,
+    /// The client address clients use for this server (for status).
+    client_addr: String,
+    /// Set when a new leader became known; the core then re-proposes.
+    leader_changed: bool,
+    /// Set when a member was added: a snapshot that includes it is taken at
+    /// once, so the new member can be initialized from it.
+    snapshot_wanted: bool,
+    /// Bytes of entries applied since the last snapshot.
+    applied_bytes: u64,
 }
 
 pub struct Core {
@@ -169,7 +210,12 @@ fn now_ms() -> i64 {
 
 impl Core {
     /// Opens the storage, restores the latest snapshot and starts the node.
-    pub fn open(cfg: Config) -> Result<Self, CoreError> {
+    /// `runtime` runs the peer connections.
+    pub fn open(
+        cfg: Config,
+        client_addr: SocketAddr,
+        runtime: tokio::runtime::Handle,
+    ) -> Result<Self, CoreError> {
         std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
             CoreError::Storage(crate::raft::StorageError::Corrupt {
                 what: "data dir",
@@ -194,8 +240,19 @@ impl Core {
         };
         let applied = tree.applied_index();
         let voters = cfg.peers.iter().map(|p| p.id).collect();
-        let timing = RaftTiming::default();
-        let raft = RaftNode::open(cfg.id, voters, storage, &timing, applied)?;
+        let timing = RaftTiming {
+            election_ticks: cfg.election_ticks,
+            heartbeat_ticks: cfg.heartbeat_ticks,
+        };
+        let raft = RaftNode::open(cfg.id, voters, cfg.join, storage, &timing, applied)?;
+        let mut transport = Transport::new(cfg.id, runtime);
+        for p in &cfg.peers {
+            transport.add_peer(p.id, &p.addr);
+        }
+        // Members added later by conf changes override --peers.
+        for (id, addr) in tree.members() {
+            transport.add_peer(*id, addr);
+        }
         Ok(Self {
             raft,
             m: Machine {
@@ -212,6 +269,13 @@ impl Core {
                 removals_inflight: HashSet::new(),
                 role: StateRole::Follower,
                 leader_id: 0,
+                transport,
+                touched: HashSet::new(),
+                peer_status: HashMap::new(),
+                client_addr: client_addr.to_string(),
+                leader_changed: false,
+                snapshot_wanted: false,
+                applied_bytes: 0,
             },
             // Random start: ids stay unique across restarts, so an entry of
             // an earlier life replayed from the log never answers a new
@@ -226,6 +290,7 @@ impl Core {
     pub async fn run(
         mut self,
         mut rx: mpsc::Receiver<CoreMsg>,
+        mut peer_rx: mpsc::Receiver<PeerFrame>,
         state: watch::Sender<CoreState>,
         mut shutdown: oneshot::Receiver<()>,
     ) -> Result<(), CoreError> {
@@ -241,6 +306,17 @@ impl Core {
                         match rx.try_recv() {
                             Ok(msg) => self.handle(msg),
                             Err(_) => break,
+                        }
+                    }
+                }
+                frame = peer_rx.recv() => {
+                    if let Some(frame) = frame {
+                        self.on_peer(frame);
+                        for _ in 0..BATCH_MSGS_MAX {
+                            match peer_rx.try_recv() {
+                                Ok(frame) => self.on_peer(frame),
+                                Err(_) => break,
+                            }
                         }
                     }
                 }
@@ -265,6 +341,7 @@ impl Core {
         for (_, c) in self.m.conns.drain() {
             c.closed.cancel();
         }
+        self.m.transport.shutdown();
         let _ = self.raft.storage().sync();
         let _ = state.send(CoreState::Stopped);
         result
@@ -281,13 +358,25 @@ impl Core {
             self.raft.on_ready(&mut self.m)?;
             self.m.serve_unblocked_reads();
         }
+        if std::mem::take(&mut self.m.leader_changed) {
+            self.repropose_after_leader_change();
+            while self.raft.has_ready() {
+                self.raft.on_ready(&mut self.m)?;
+                self.m.serve_unblocked_reads();
+            }
+        }
         let applied = self.m.tree.applied_index();
-        if applied >= self.last_snapshot_index + self.m.cfg.snapshot_entries {
+        let due = applied >= self.last_snapshot_index + self.m.cfg.snapshot_entries
+            || self.m.applied_bytes >= SNAPSHOT_LOG_BYTES;
+        if (std::mem::take(&mut self.m.snapshot_wanted) || due)
+            && applied > self.last_snapshot_index
+        {
             let started = Instant::now();
             let data = self.m.tree.to_snapshot().encode_to_vec();
             let bytes = data.len();
             self.raft.compact(applied, data)?;
             self.last_snapshot_index = applied;
+            self.m.applied_bytes = 0;
             info!(
                 index = applied,
                 bytes,
@@ -301,7 +390,12 @@ impl Core {
     fn on_tick(&mut self) {
         self.raft.tick();
         self.ticks += 1;
+        self.expire_waiters(Instant::now());
+        if self.ticks.is_multiple_of(STATUS_TICKS) {
+            self.broadcast_status();
+        }
         if self.m.role != StateRole::Leader {
+            self.report_touches();
             return;
         }
         for id in self.m.sessions.take_expired(Instant::now()) {
@@ -311,6 +405,7 @@ impl Core {
                     session_id: id,
                     reason: CloseReason::Expired as i32,
                 })),
+                ..Default::default()
             };
             if self.propose(txn, 0).is_err() {
                 self.m.sessions.unmark_closing(id);
@@ -325,6 +420,7 @@ impl Core {
                 let path = guarded.path.clone();
                 let txn = Txn {
                     kind: Some(Kind::GuardedDelete(guarded)),
+                    ..Default::default()
                 };
                 if self.propose(txn, 0).is_err() {
                     self.m.removals_inflight.remove(&path);
@@ -333,20 +429,180 @@ impl Core {
         }
     }
 
-    fn propose(&mut self, txn: Txn, request_id: u64) -> Result<(), Failure> {
+    /// A frame from a peer.
+    fn on_peer(&mut self, frame: PeerFrame) {
+        match frame.kind {
+            Some(peer_frame::Kind::Raft(bytes)) => {
+                match <RaftMessage as protobuf::Message>::parse_from_bytes(&bytes) {
+                    Ok(msg) => {
+                        if let Err(e) = self.raft.step(msg) {
+                            debug!(from = frame.from, error = %e, "raft message refused");
+                        }
+                    }
+                    Err(e) => warn!(from = frame.from, error = %e, "undecodable raft message"),
+                }
+            }
+            Some(peer_frame::Kind::Touch(t)) => {
+                if self.m.role == StateRole::Leader {
+                    let now = Instant::now();
+                    for id in t.session_ids {
+                        self.m.sessions.touch(id, now);
+                    }
+                }
+            }
+            Some(peer_frame::Kind::Status(st)) => {
+                self.m.peer_status.insert(frame.from, (st, Instant::now()));
+            }
+            None => {}
+        }
+    }
+
+    /// A follower forwards the sessions it heard from to the leader, which
+    /// alone tracks deadlines.
+    fn report_touches(&mut self) {
+        if self.m.touched.is_empty() || self.m.leader_id == 0 {
+            return;
+        }
+        let mut session_ids: Vec<u64> = self.m.touched.drain().collect();
+        session_ids.sort_unstable();
+        let frame = PeerFrame {
+            from: self.m.node_id,
+            kind: Some(peer_frame::Kind::Touch(proto::SessionTouch { session_ids })),
+        };
+        self.m.transport.send(self.m.leader_id, frame);
+    }
+
+    fn own_status(&self) -> proto::NodeStatus {
+        proto::NodeStatus {
+            id: self.m.node_id,
+            role: role_name(self.m.role).to_string(),
+            term: self.raft.term(),
+            commit_index: self.raft.storage().hard_state().commit,
+            applied_index: self.m.tree.applied_index(),
+            client_addr: self.m.client_addr.clone(),
+            peer_addr: self.m.cfg.peer_listen.to_string(),
+            leader_id: self.m.leader_id,
+        }
+    }
+
+    fn broadcast_status(&mut self) {
+        let status = self.own_status();
+        let peers: Vec<u64> = self.m.transport.peer_ids().collect();
+        for id in peers {
+            let frame = PeerFrame {
+                from: self.m.node_id,
+                kind: Some(peer_frame::Kind::Status(status.clone())),
+            };
+            self.m.transport.send(id, frame);
+        }
+    }
+
+    /// Answers the requests raft has not settled within PROPOSAL_TIMEOUT.
+    fn expire_waiters(&mut self, now: Instant) {
+        let expired: Vec<u64> = self
+            .m
+            .waiters
+            .iter()
+            .filter(|(_, w)| now.duration_since(w.since) >= PROPOSAL_TIMEOUT)
+            .map(|(id, _)| *id)
+            .collect();
+        for request_id in expired {
+            let Some(w) = self.m.waiters.remove(&request_id) else {
+                continue;
+            };
+            let msg = format!(
+                "not committed within {} ms (no quorum or a leader change); it may or may not be applied",
+                PROPOSAL_TIMEOUT.as_millis()
+            );
+            match w.waiter {
+                Waiter::Connect { conn, .. } => {
+                    self.m.refuse_connect(conn, ErrorCode::NotReady, msg);
+                }
+                Waiter::Request { conn } => {
+                    let zxid = self.m.tree.applied_index();
+                    self.m.complete_write(conn, request_id, |xid| {
+                        error_frame(xid, zxid, Failure::new(ErrorCode::OperationTimeout, msg))
+                    });
+                }
+            }
+        }
+        let stale_reads: Vec<(u64, ConnId)> = self
+            .m
+            .read_waiters
+            .iter()
+            .filter(|(_, (_, since))| now.duration_since(*since) >= PROPOSAL_TIMEOUT)
+            .map(|(ctx, (conn, _))| (*ctx, *conn))
+            .collect();
+        for (ctx, conn) in stale_reads {
+            self.m.read_waiters.remove(&ctx);
+            let zxid = self.m.tree.applied_index();
+            if let Some(c) = self.m.conns.get_mut(&conn) {
+                for slot in c.queue.iter_mut() {
+                    if let Slot::Read {
+                        xid,
+                        read_index: ReadIndexWait::Pending(p),
+                        ..
+                    } = slot
+                    {
+                        if *p == ctx {
+                            let f = Failure::new(
+                                ErrorCode::NotReady,
+                                "no leader confirmed the read in time (no quorum?)",
+                            );
+                            *slot = Slot::Done(error_frame(*xid, zxid, f));
+                            break;
+                        }
+                    }
+                }
+            }
+            self.m.flush(conn);
+        }
+    }
+
+    /// Proposes `txn`; returns the encoded proposal (kept for re-proposal
+    /// after a leader change).
+    fn propose(&mut self, txn: Txn, request_id: u64) -> Result<Vec<u8>, Failure> {
         let proposal = Proposal {
             origin_node: self.m.node_id,
             request_id,
             time_ms: now_ms(),
             txn: Some(txn),
-        };
-        self.raft.propose(proposal.encode_to_vec()).map_err(|e| {
+        }
+        .encode_to_vec();
+        self.raft.propose(proposal.clone()).map_err(|e| {
             debug!(error = %e, "proposal dropped");
             Failure::new(
                 ErrorCode::NotReady,
                 format!("no leader to accept the write ({e})"),
             )
-        })
+        })?;
+        Ok(proposal)
+    }
+
+    /// After a leader change, proposals this server made may have died
+    /// with the old leader. Propose them again: a txn that did commit is
+    /// recognised on its second apply (session + xid, or an existing
+    /// session id) and changes nothing.
+    fn repropose_after_leader_change(&mut self) {
+        let mut again = Vec::new();
+        for w in self.m.waiters.values_mut() {
+            if let Some(p) = &w.proposal {
+                w.since = Instant::now();
+                again.push(p.clone());
+            }
+        }
+        if !again.is_empty() {
+            info!(
+                count = again.len(),
+                leader = self.m.leader_id,
+                "re-proposing after a leader change"
+            );
+        }
+        for p in again {
+            if let Err(e) = self.raft.propose(p) {
+                debug!(error = %e, "re-proposal dropped");
+            }
+        }
     }
 
     fn new_request_id(&mut self) -> u64 {
@@ -413,12 +669,18 @@ impl Core {
                     password: session::new_password(),
                     timeout_ms,
                 })),
+                ..Default::default()
             };
             match self.propose(txn, request_id) {
-                Ok(()) => {
-                    self.m
-                        .waiters
-                        .insert(request_id, Waiter::Connect { conn, timeout_ms });
+                Ok(proposal) => {
+                    self.m.waiters.insert(
+                        request_id,
+                        Waiting {
+                            waiter: Waiter::Connect { conn, timeout_ms },
+                            since: Instant::now(),
+                            proposal: Some(proposal),
+                        },
+                    );
                 }
                 Err(f) => self.m.refuse_connect(conn, f.code, f.message),
             }
@@ -440,7 +702,7 @@ impl Core {
                 if let Some(cn) = m.conns.get_mut(&conn) {
                     cn.session = Some(id);
                 }
-                m.sessions.touch(id, Instant::now());
+                m.touch(id);
                 debug!(session_id = format_args!("{id:#x}"), %peer, "session resumed");
                 let resp = pb::ConnectResponse {
                     error: ErrorCode::Ok as i32,
@@ -486,7 +748,7 @@ impl Core {
             self.m.flush(conn);
             return;
         }
-        self.m.sessions.touch(session_id, Instant::now());
+        self.m.touch(session_id);
         let Some(op) = request.op else {
             let f = Failure::new(ErrorCode::BadArguments, "request has no operation");
             let zxid = self.m.tree.applied_index();
@@ -497,10 +759,30 @@ impl Core {
         let slot = match ops::plan(op, session_id) {
             Plan::Reject(f) => Slot::Done(error_frame(xid, self.m.tree.applied_index(), f)),
             Plan::Ping => Slot::Ping { xid },
+            Plan::ClusterStatus => {
+                let status = self.cluster_status();
+                let zxid = self.m.tree.applied_index();
+                Slot::Done(response_frame(
+                    xid,
+                    zxid,
+                    Ok(Some(Res::ClusterStatus(status))),
+                ))
+            }
+            Plan::AddMember(r) => {
+                let change_type = if r.learner {
+                    ConfChangeType::AddLearnerNode
+                } else {
+                    ConfChangeType::AddNode
+                };
+                self.conf_change_slot(conn, xid, change_type, r.id, r.addr)
+            }
+            Plan::RemoveMember(r) => {
+                self.conf_change_slot(conn, xid, ConfChangeType::RemoveNode, r.id, String::new())
+            }
             Plan::Read { op, linearizable } => {
                 let read_index = if linearizable {
                     let ctx = self.new_request_id();
-                    self.m.read_waiters.insert(ctx, conn);
+                    self.m.read_waiters.insert(ctx, (conn, Instant::now()));
                     self.raft.read_index(ctx.to_be_bytes().to_vec());
                     ReadIndexWait::Pending(ctx)
                 } else {
@@ -512,13 +794,19 @@ impl Core {
                     read_index,
                 }
             }
-            Plan::Write(txn) => self.write_slot(conn, xid, txn),
+            Plan::Write(mut txn) => {
+                // Tagged so that a retry of this xid is applied at most once.
+                txn.session_id = session_id;
+                txn.xid = xid;
+                self.write_slot(conn, xid, txn)
+            }
             Plan::Close => {
                 let txn = Txn {
                     kind: Some(Kind::CloseSession(proto::CloseSessionTxn {
                         session_id,
                         reason: CloseReason::Client as i32,
                     })),
+                    ..Default::default()
                 };
                 self.write_slot(conn, xid, txn)
             }
@@ -527,11 +815,130 @@ impl Core {
         self.m.flush(conn);
     }
 
+    fn conf_change_slot(
+        &mut self,
+        conn: ConnId,
+        xid: u64,
+        change_type: ConfChangeType,
+        node_id: u64,
+        addr: String,
+    ) -> Slot {
+        let request_id = self.new_request_id();
+        let context = proto::ConfChangeContext {
+            origin_node: self.m.node_id,
+            request_id,
+            addr,
+        }
+        .encode_to_vec();
+        // The context travels inside the ConfChange itself (the entry's own
+        // context field is not handed back on apply).
+        let change = ConfChange {
+            change_type,
+            node_id,
+            context: context.clone().into(),
+            ..Default::default()
+        };
+        match self.raft.propose_conf_change(context, change) {
+            Ok(()) => {
+                info!(node_id, ?change_type, "membership change proposed");
+                self.m.waiters.insert(
+                    request_id,
+                    Waiting {
+                        waiter: Waiter::Request { conn },
+                        since: Instant::now(),
+                        proposal: None,
+                    },
+                );
+                Slot::Write { xid, request_id }
+            }
+            Err(e) => {
+                let f = Failure::new(
+                    ErrorCode::NotReady,
+                    format!("membership change for {node_id} refused: {e}"),
+                );
+                Slot::Done(error_frame(xid, self.m.tree.applied_index(), f))
+            }
+        }
+    }
+
+    /// Every member of the group as this server sees it.
+    fn cluster_status(&self) -> pb::ClusterStatusResponse {
+        let conf = self.raft.conf_state();
+        let me = self.own_status();
+        let commit = self.raft.commit_index();
+        let mut ids: Vec<(u64, bool)> = conf.voters.iter().map(|id| (*id, true)).collect();
+        ids.extend(conf.learners.iter().map(|id| (*id, false)));
+        ids.sort_unstable();
+        let now = Instant::now();
+        let members = ids
+            .into_iter()
+            .map(|(id, voter)| {
+                let learner_role = |role: &str| {
+                    if voter {
+                        role.to_string()
+                    } else {
+                        "learner".to_string()
+                    }
+                };
+                if id == self.m.node_id {
+                    return pb::MemberStatus {
+                        id,
+                        addr: me.peer_addr.clone(),
+                        client_addr: me.client_addr.clone(),
+                        role: learner_role(&me.role),
+                        term: me.term,
+                        commit_index: me.commit_index,
+                        applied_index: me.applied_index,
+                        lag: commit.saturating_sub(me.applied_index),
+                        voter,
+                        reachable: true,
+                    };
+                }
+                let addr = self.m.transport.addr_of(id).unwrap_or_default().to_string();
+                match self.m.peer_status.get(&id) {
+                    Some((st, at)) => pb::MemberStatus {
+                        id,
+                        addr,
+                        client_addr: st.client_addr.clone(),
+                        role: learner_role(&st.role),
+                        term: st.term,
+                        commit_index: st.commit_index,
+                        applied_index: st.applied_index,
+                        lag: commit.saturating_sub(st.applied_index),
+                        voter,
+                        reachable: now.duration_since(*at) < PEER_STATUS_FRESH,
+                    },
+                    None => pb::MemberStatus {
+                        id,
+                        addr,
+                        role: "unknown".to_string(),
+                        voter,
+                        reachable: false,
+                        ..Default::default()
+                    },
+                }
+            })
+            .collect();
+        pb::ClusterStatusResponse {
+            server_id: self.m.node_id,
+            leader_id: self.m.leader_id,
+            members,
+        }
+    }
+
     fn write_slot(&mut self, conn: ConnId, xid: u64, txn: Txn) -> Slot {
         let request_id = self.new_request_id();
+        let idempotent = txn.session_id != 0 && txn.xid != 0;
         match self.propose(txn, request_id) {
-            Ok(()) => {
-                self.m.waiters.insert(request_id, Waiter::Request { conn });
+            Ok(proposal) => {
+                self.m.waiters.insert(
+                    request_id,
+                    Waiting {
+                        waiter: Waiter::Request { conn },
+                        since: Instant::now(),
+                        proposal: idempotent.then_some(proposal),
+                    },
+                );
                 Slot::Write { xid, request_id }
             }
             Err(f) => Slot::Done(error_frame(xid, self.m.tree.applied_index(), f)),
@@ -567,6 +974,15 @@ fn response_frame(xid: u64, zxid: u64, result: Result<Option<Res>, Failure>) -> 
     }
 }
 
+/// The same answer, for the request `xid` (a retry carries the xid of the
+/// original, but the frame is addressed to whoever waits now).
+fn with_xid(mut frame: pb::ServerFrame, xid: u64) -> pb::ServerFrame {
+    if let Some(pb::server_frame::Kind::Response(r)) = &mut frame.kind {
+        r.xid = xid;
+    }
+    frame
+}
+
 fn error_frame(xid: u64, zxid: u64, f: Failure) -> pb::ServerFrame {
     response_frame(xid, zxid, Err(f))
 }
@@ -587,6 +1003,16 @@ fn session_event_frame(state: SessionState, message: &str) -> pb::ServerFrame {
 }
 
 impl Machine {
+    /// The session was heard from: the leader pushes its deadline out, a
+    /// follower reports it to the leader on its next tick.
+    fn touch(&mut self, session_id: u64) {
+        if self.role == StateRole::Leader {
+            self.sessions.touch(session_id, Instant::now());
+        } else {
+            self.touched.insert(session_id);
+        }
+    }
+
     fn enqueue(&mut self, conn: ConnId, slot: Slot) {
         if let Some(c) = self.conns.get_mut(&conn) {
             c.queue.push_back(slot);
@@ -640,7 +1066,7 @@ impl Machine {
                 self.session_conn.remove(&s);
             }
         }
-        self.read_waiters.retain(|_, c| *c != conn);
+        self.read_waiters.retain(|_, (c, _)| *c != conn);
     }
 
     /// Sends every answer at the head of `conn`'s queue that is ready,
@@ -756,16 +1182,28 @@ impl Machine {
 
 impl ReadyHandler for Machine {
     fn send(&mut self, msgs: Vec<RaftMessage>) {
-        // A single-node group has no peers; the cluster transport plugs in here.
         for m in msgs {
-            if m.to != self.node_id {
-                debug!(to = m.to, "no transport to peer yet; message dropped");
+            let to = m.to;
+            let bytes = match protobuf::Message::write_to_bytes(&m) {
+                Ok(b) => b,
+                Err(e) => {
+                    error!(to, error = %e, "raft message does not encode");
+                    continue;
+                }
+            };
+            let frame = PeerFrame {
+                from: self.node_id,
+                kind: Some(peer_frame::Kind::Raft(bytes)),
+            };
+            if !self.transport.send(to, frame) {
+                debug!(to, "peer queue full or unknown; raft message dropped");
             }
         }
     }
 
     fn apply(&mut self, entry: &Entry) {
         let zxid = entry.index;
+        self.applied_bytes += entry.data.len() as u64;
         if entry.data.is_empty() {
             self.tree.skip(zxid);
             return;
@@ -797,8 +1235,35 @@ impl ReadyHandler for Machine {
             _ => {}
         }
 
+        // The answer to a client write: a duplicate gets the stored one;
+        // a first apply stores its own, on every replica alike.
+        let answer = match &applied.result {
+            TxnResult::Duplicate { response } => {
+                debug!(
+                    zxid,
+                    session_id = format_args!("{:#x}", txn.session_id),
+                    xid = txn.xid,
+                    "retried write answered from its first apply"
+                );
+                pb::Response::decode(&response[..])
+                    .ok()
+                    .map(|r| pb::ServerFrame {
+                        kind: Some(pb::server_frame::Kind::Response(r)),
+                    })
+            }
+            _ if txn.session_id != 0 && txn.xid != 0 => {
+                let result = ops::write_response(applied.result.clone(), &txn);
+                let frame = response_frame(txn.xid, zxid, result);
+                if let Some(pb::server_frame::Kind::Response(r)) = &frame.kind {
+                    self.tree
+                        .record_result(txn.session_id, txn.xid, r.encode_to_vec());
+                }
+                Some(frame)
+            }
+            _ => None,
+        };
         let waiter = if proposal.origin_node == self.node_id && proposal.request_id != 0 {
-            self.waiters.remove(&proposal.request_id)
+            self.waiters.remove(&proposal.request_id).map(|w| w.waiter)
         } else {
             None
         };
@@ -823,10 +1288,11 @@ impl ReadyHandler for Machine {
                 }
             }
             Some(Waiter::Request { conn }) => {
-                let result = ops::write_response(applied.result.clone(), &txn);
-                self.complete_write(conn, proposal.request_id, |xid| {
-                    response_frame(xid, zxid, result)
+                let frame = answer.unwrap_or_else(|| {
+                    let result = ops::write_response(applied.result.clone(), &txn);
+                    response_frame(txn.xid, zxid, result)
                 });
+                self.complete_write(conn, proposal.request_id, |xid| with_xid(frame, xid));
             }
             None => {}
         }
@@ -861,7 +1327,7 @@ impl ReadyHandler for Machine {
                 continue;
             };
             let ctx = u64::from_be_bytes(bytes);
-            let Some(conn) = self.read_waiters.remove(&ctx) else {
+            let Some((conn, _)) = self.read_waiters.remove(&ctx) else {
                 continue;
             };
             if let Some(c) = self.conns.get_mut(&conn) {
@@ -878,10 +1344,54 @@ impl ReadyHandler for Machine {
         self.serve_unblocked_reads();
     }
 
+    fn conf_changed(&mut self, index: u64, change: &ConfChange, conf: &ConfState) {
+        let ctx = proto::ConfChangeContext::decode(&change.context[..]).unwrap_or_default();
+        let id = change.node_id;
+        match change.get_change_type() {
+            _ if id == 0 => self.tree.skip(index),
+            ConfChangeType::AddNode | ConfChangeType::AddLearnerNode => {
+                // An empty address: a promotion of a member we already know.
+                let addr = if ctx.addr.is_empty() {
+                    self.tree
+                        .members()
+                        .get(&id)
+                        .cloned()
+                        .or_else(|| self.transport.addr_of(id).map(str::to_string))
+                } else {
+                    Some(ctx.addr.clone())
+                };
+                self.tree.apply_member_change(index, id, addr.as_deref());
+                if let Some(a) = &addr {
+                    self.transport.add_peer(id, a);
+                }
+                self.snapshot_wanted = true;
+            }
+            ConfChangeType::RemoveNode => {
+                self.tree.apply_member_change(index, id, None);
+                self.transport.remove_peer(id);
+                self.peer_status.remove(&id);
+            }
+        }
+        info!(index, node_id = id, change = ?change.get_change_type(), voters = ?conf.voters, learners = ?conf.learners, "membership changed");
+        if ctx.origin_node == self.node_id && ctx.request_id != 0 {
+            if let Some(w) = self.waiters.remove(&ctx.request_id) {
+                if let Waiter::Request { conn } = w.waiter {
+                    self.complete_write(conn, ctx.request_id, |xid| {
+                        response_frame(xid, index, Ok(None))
+                    });
+                }
+            }
+        }
+    }
+
     fn role_changed(&mut self, ss: &SoftState) {
         let was_leader = self.role == StateRole::Leader;
         self.role = ss.raft_state;
+        if ss.leader_id != 0 && ss.leader_id != self.leader_id {
+            self.leader_changed = true;
+        }
         self.leader_id = ss.leader_id;
+        self.touched.clear();
         info!(role = ?ss.raft_state, leader = ss.leader_id, "raft role changed");
         if self.role == StateRole::Leader && !was_leader {
             let sessions: Vec<(u64, Duration)> = self
@@ -893,5 +1403,13 @@ impl ReadyHandler for Machine {
         } else if self.role != StateRole::Leader {
             self.sessions.clear();
         }
+    }
+}
+
+fn role_name(role: StateRole) -> &'static str {
+    match role {
+        StateRole::Leader => "leader",
+        StateRole::Follower => "follower",
+        StateRole::Candidate | StateRole::PreCandidate => "candidate",
     }
 }

@@ -11,7 +11,10 @@ use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::conn;
-use crate::core::{Core, CoreMsg, CoreState, CORE_QUEUE_MAX};
+use crate::core::{Core, CoreMsg, CoreState, CORE_QUEUE_MAX, PEER_INBOX_MAX};
+use crate::proto::PeerFrame;
+use crate::raft::transport;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -39,7 +42,34 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     on_ready: impl FnOnce(Bound),
 ) -> Result<(), ServeError> {
-    let core = Core::open(cfg.clone())?;
+    // Bind both ports first: peers must reach us for an election to happen,
+    // and clients queue in the backlog until we are ready to accept them.
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|source| ServeError::Listen {
+            addr: cfg.listen,
+            source,
+        })?;
+    let client = listener.local_addr().map_err(|source| ServeError::Listen {
+        addr: cfg.listen,
+        source,
+    })?;
+    let peer_listener =
+        TcpListener::bind(cfg.peer_listen)
+            .await
+            .map_err(|source| ServeError::Listen {
+                addr: cfg.peer_listen,
+                source,
+            })?;
+    let stop_peers = CancellationToken::new();
+    let (peer_tx, peer_rx) = mpsc::channel::<PeerFrame>(PEER_INBOX_MAX);
+    tokio::spawn(transport::listen(
+        peer_listener,
+        peer_tx,
+        stop_peers.clone(),
+    ));
+
+    let core = Core::open(cfg.clone(), client, tokio::runtime::Handle::current())?;
     let (core_tx, core_rx) = mpsc::channel::<CoreMsg>(CORE_QUEUE_MAX);
     let (state_tx, mut state_rx) = watch::channel(CoreState::Starting);
     let (stop_tx, stop_rx) = oneshot::channel();
@@ -50,7 +80,7 @@ pub async fn serve(
                 .enable_all()
                 .build()
                 .expect("a current-thread runtime builds");
-            rt.block_on(core.run(core_rx, state_tx, stop_rx))
+            rt.block_on(core.run(core_rx, peer_rx, state_tx, stop_rx))
         })
         .expect("spawning the core thread");
 
@@ -66,16 +96,6 @@ pub async fn serve(
         }
     }
 
-    let listener = TcpListener::bind(cfg.listen)
-        .await
-        .map_err(|source| ServeError::Listen {
-            addr: cfg.listen,
-            source,
-        })?;
-    let client = listener.local_addr().map_err(|source| ServeError::Listen {
-        addr: cfg.listen,
-        source,
-    })?;
     info!(%client, id = cfg.id, data_dir = %cfg.data_dir.display(), "listening");
     on_ready(Bound { client });
 
@@ -104,6 +124,7 @@ pub async fn serve(
         }
     }
     let _ = stop_tx.send(());
+    stop_peers.cancel();
     drop(core_tx);
     let joined = tokio::task::spawn_blocking(move || core_thread.join()).await;
     match joined {

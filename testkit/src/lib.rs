@@ -100,6 +100,8 @@ struct Membership {
     /// Its own HTTP port, so that nodes on one host never collide on
     /// `warden serve`'s default.
     http_listen: String,
+    /// A spare: started with `--join`, it waits to be added to the group.
+    join: bool,
 }
 
 /// One `warden serve` process, across restarts: where it keeps its data
@@ -190,6 +192,13 @@ impl Process {
                 .arg(&m.peer_listen)
                 .arg("--http-listen")
                 .arg(&m.http_listen);
+            if m.join {
+                cmd.arg("--join");
+            }
+        } else {
+            // A lone server: its peer port is never dialled, so any free
+            // one will do (tests run many servers side by side).
+            cmd.arg("--peer-listen").arg("127.0.0.1:0");
         }
         cmd.args(&self.opts.extra_args)
             .env("WARDEN_LOG", SERVER_LOG_FILTER)
@@ -387,7 +396,18 @@ impl Cluster {
     /// Starts `nodes` servers, all with `opts`, and waits until every one
     /// is ready (at most [`READY_TIMEOUT`] in all).
     pub fn start_with(nodes: usize, opts: ServerOptions) -> Cluster {
+        Self::start_with_spares(nodes, 0, opts)
+    }
+
+    /// Like [`Cluster::start_with`], plus `spares` more nodes (ids after the
+    /// members') that are not started: [`Cluster::launch_spare`] starts one
+    /// with `--join`, to be added with a membership change. Every node's
+    /// `--peers` lists all addresses, spares included; only the first
+    /// `nodes` form the group.
+    pub fn start_with_spares(nodes: usize, spares: usize, opts: ServerOptions) -> Cluster {
         assert!(nodes >= 1, "a cluster needs at least one node");
+        let members = nodes;
+        let nodes = members + spares;
         let dir = tempfile::Builder::new()
             .prefix("warden-cluster-")
             .tempdir()
@@ -407,6 +427,7 @@ impl Cluster {
                     peers: peers.clone(),
                     peer_listen: addr(ports[base + 1]),
                     http_listen: addr(ports[base + 2]),
+                    join: id > members,
                 };
                 Process::new(
                     dir.path().join(format!("node-{id}")),
@@ -422,8 +443,30 @@ impl Cluster {
         };
         // Built before waiting so that a failure to start runs Drop, which
         // keeps the logs.
-        cluster.restart_many(&cluster.node_ids());
+        cluster.restart_many(&(1..=members).collect::<Vec<_>>());
         cluster
+    }
+
+    /// Starts spare node `i` with `--join`, without waiting: it becomes
+    /// ready only once the group has added it ([`Cluster::await_ready`]).
+    pub fn launch_spare(&mut self, i: usize) {
+        self.node_mut(i).launch();
+    }
+
+    /// Waits (up to [`READY_TIMEOUT`]) for a launched node's ready line.
+    pub fn await_ready(&mut self, i: usize) {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        self.node_mut(i).await_ready(deadline);
+    }
+
+    /// `host:port` of node `i`'s peer (raft) port.
+    pub fn peer_addr(&self, i: usize) -> &str {
+        &self
+            .node(i)
+            .membership
+            .as_ref()
+            .expect("cluster nodes have a membership")
+            .peer_listen
     }
 
     /// Node ids, `1..=N`.

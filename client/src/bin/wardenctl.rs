@@ -115,6 +115,27 @@ enum Command {
         recursive: bool,
         path: String,
     },
+    /// Cluster membership: status, add, remove.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ClusterCommand {
+    /// Every member: id, address, role, term, commit and applied index, lag.
+    Status,
+    /// Add server ID (peer address ADDR) as a voter, or with --learner as a
+    /// non-voting read replica; adding an existing learner without
+    /// --learner promotes it. Start the server with `warden serve --join`
+    /// first.
+    Add {
+        id: u64,
+        addr: String,
+        #[arg(long)]
+        learner: bool,
+    },
+    /// Remove server ID from the group.
+    Remove { id: u64 },
 }
 
 /// Why a run failed.
@@ -267,6 +288,84 @@ async fn execute(client: &Client, command: Command, out: &Output) -> Result<(), 
             })
         }
         Command::Watch { recursive, path } => watch(client, &path, recursive, out).await,
+        Command::Cluster(ClusterCommand::Status) => {
+            let status = client.cluster_status().await?;
+            if out.json {
+                for m in &status.members {
+                    out.json_line(&MemberJson::new(m, status.leader_id))?;
+                }
+                Ok(())
+            } else {
+                let mut stdout = io::stdout().lock();
+                writeln!(
+                    stdout,
+                    "{:>4}  {:<22} {:<22} {:<10} {:>6} {:>10} {:>10} {:>6}",
+                    "id", "peer addr", "client addr", "role", "term", "commit", "applied", "lag"
+                )?;
+                for m in &status.members {
+                    let role = if m.reachable {
+                        m.role.as_str()
+                    } else {
+                        "unreachable"
+                    };
+                    writeln!(
+                        stdout,
+                        "{:>4}  {:<22} {:<22} {:<10} {:>6} {:>10} {:>10} {:>6}",
+                        m.id,
+                        m.addr,
+                        m.client_addr,
+                        role,
+                        m.term,
+                        m.commit_index,
+                        m.applied_index,
+                        m.lag
+                    )?;
+                }
+                Ok(())
+            }
+        }
+        Command::Cluster(ClusterCommand::Add { id, addr, learner }) => {
+            client.add_member(id, &addr, learner).await?;
+            Ok(())
+        }
+        Command::Cluster(ClusterCommand::Remove { id }) => {
+            client.remove_member(id).await?;
+            Ok(())
+        }
+    }
+}
+
+/// One member in `cluster status --json`.
+#[derive(Serialize)]
+struct MemberJson<'a> {
+    id: u64,
+    addr: &'a str,
+    client_addr: &'a str,
+    role: &'a str,
+    term: u64,
+    commit_index: u64,
+    applied_index: u64,
+    lag: u64,
+    voter: bool,
+    reachable: bool,
+    leader: bool,
+}
+
+impl<'a> MemberJson<'a> {
+    fn new(m: &'a warden_client::MemberStatus, leader_id: u64) -> Self {
+        MemberJson {
+            id: m.id,
+            addr: &m.addr,
+            client_addr: &m.client_addr,
+            role: &m.role,
+            term: m.term,
+            commit_index: m.commit_index,
+            applied_index: m.applied_index,
+            lag: m.lag,
+            voter: m.voter,
+            reachable: m.reachable,
+            leader: m.id == leader_id,
+        }
     }
 }
 

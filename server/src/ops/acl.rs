@@ -23,6 +23,7 @@ pub(super) fn plan_set(r: pb::SetAclRequest) -> Result<Txn, Failure> {
             acl: r.acl,
             aversion: r.version,
         })),
+        ..Default::default()
     })
 }
 

@@ -47,5 +47,6 @@ pub(super) fn validate(r: &pb::CreateRequest, session_id: u64) -> Result<CreateT
 pub(super) fn plan(r: pb::CreateRequest, session_id: u64) -> Result<Txn, Failure> {
     Ok(Txn {
         kind: Some(Kind::Create(validate(&r, session_id)?)),
+        ..Default::default()
     })
 }

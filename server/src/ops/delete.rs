@@ -23,5 +23,6 @@ pub(super) fn validate(r: &pb::DeleteRequest) -> Result<DeleteTxn, Failure> {
 pub(super) fn plan(r: pb::DeleteRequest) -> Result<Txn, Failure> {
     Ok(Txn {
         kind: Some(Kind::Delete(validate(&r)?)),
+        ..Default::default()
     })
 }

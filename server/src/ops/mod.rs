@@ -8,6 +8,7 @@
 //! applied result into the wire answer.
 
 mod acl;
+mod cluster;
 mod create;
 mod delete;
 mod exists;
@@ -31,11 +32,19 @@ pub enum Plan {
     Write(Txn),
     /// Serve from the local tree in session order (after a ReadIndex round
     /// first, when `linearizable`).
-    Read { op: ReadOp, linearizable: bool },
+    Read {
+        op: ReadOp,
+        linearizable: bool,
+    },
     /// Heartbeat: an empty answer in order.
     Ping,
     /// Close the session (a write: CloseSession).
     Close,
+    /// The group's members as this server sees them.
+    ClusterStatus,
+    /// A raft conf change.
+    AddMember(pb::AddMemberRequest),
+    RemoveMember(pb::RemoveMemberRequest),
     /// Refused before reaching the log.
     Reject(Failure),
 }
@@ -125,6 +134,9 @@ pub fn plan(op: Op, session_id: u64) -> Plan {
             linearizable: false,
             op: ReadOp::SetWatches(r),
         }),
+        Op::ClusterStatus(_) => Ok(Plan::ClusterStatus),
+        Op::AddMember(r) => cluster::check_add(&r).map(|_| Plan::AddMember(r)),
+        Op::RemoveMember(r) => cluster::check_remove(&r).map(|_| Plan::RemoveMember(r)),
         Op::Ping(_) => Ok(Plan::Ping),
         Op::Close(_) => Ok(Plan::Close),
     };
@@ -181,6 +193,8 @@ pub fn write_response(result: TxnResult, txn: &Txn) -> Result<Option<Res>, Failu
             };
             multi::response(outcome, count)
         }
+        // Answered from the stored response by the core, never here.
+        TxnResult::Duplicate { .. } => Ok(None),
         TxnResult::SessionCreated
         | TxnResult::SessionClosed { .. }
         | TxnResult::GuardedDelete { .. }

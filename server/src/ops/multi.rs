@@ -44,6 +44,7 @@ pub(super) fn plan(r: pb::MultiRequest, session_id: u64) -> Result<Txn, Failure>
     }
     Ok(Txn {
         kind: Some(Kind::Multi(MultiTxn { ops })),
+        ..Default::default()
     })
 }
 

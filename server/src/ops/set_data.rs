@@ -19,5 +19,6 @@ pub(super) fn validate(r: &pb::SetDataRequest) -> Result<SetDataTxn, Failure> {
 pub(super) fn plan(r: pb::SetDataRequest) -> Result<Txn, Failure> {
     Ok(Txn {
         kind: Some(Kind::SetData(validate(&r)?)),
+        ..Default::default()
     })
 }

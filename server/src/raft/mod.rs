@@ -5,6 +5,7 @@
 pub mod logger;
 pub mod node;
 pub mod storage;
+pub mod transport;
 
 pub use node::{RaftNode, ReadyHandler};
 pub use storage::{DiskStorage, StorageError};

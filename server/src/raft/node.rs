@@ -7,7 +7,9 @@
 //! answering reads) is handed to a [`ReadyHandler`].
 
 use protobuf::Message as _;
-use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, Snapshot};
+use raft::eraftpb::{
+    ConfChange, ConfChangeType, ConfChangeV2, ConfState, Entry, EntryType, Message, Snapshot,
+};
 use raft::{RawNode, ReadState, SoftState, StateRole};
 
 use super::logger::raft_logger;
@@ -27,6 +29,9 @@ pub trait ReadyHandler {
     fn read_states(&mut self, states: Vec<ReadState>);
     /// This node's role or the known leader changed.
     fn role_changed(&mut self, soft_state: &SoftState);
+    /// A committed conf change was applied at `index` (the group is now
+    /// `conf`). `context` is what the proposer attached.
+    fn conf_changed(&mut self, index: u64, change: &ConfChange, conf: &ConfState);
 }
 
 pub struct RaftTiming {
@@ -34,30 +39,24 @@ pub struct RaftTiming {
     pub heartbeat_ticks: usize,
 }
 
-impl Default for RaftTiming {
-    fn default() -> Self {
-        Self {
-            election_ticks: 10,
-            heartbeat_ticks: 3,
-        }
-    }
-}
-
 pub struct RaftNode {
     raw: RawNode<DiskStorage>,
 }
 
 impl RaftNode {
-    /// Starts the node. A brand-new storage is bootstrapped with `voters`;
-    /// `applied` is the index the state machine already holds (its snapshot).
+    /// Starts the node. A brand-new storage is bootstrapped with `voters`,
+    /// unless `join`: a node joining an existing group starts empty and
+    /// learns the group from the leader's snapshot. `applied` is the index
+    /// the state machine already holds (its snapshot).
     pub fn open(
         id: u64,
         voters: Vec<u64>,
+        join: bool,
         mut storage: DiskStorage,
         timing: &RaftTiming,
         applied: u64,
     ) -> Result<Self, NodeError> {
-        if !storage.is_initialized() {
+        if !storage.is_initialized() && !join {
             storage.bootstrap(voters.clone())?;
         }
         let config = raft::Config {
@@ -88,6 +87,10 @@ impl RaftNode {
         self.raw.raft.state == StateRole::Leader
     }
 
+    pub fn term(&self) -> u64 {
+        self.raw.raft.term
+    }
+
     pub fn leader_id(&self) -> u64 {
         self.raw.raft.leader_id
     }
@@ -98,6 +101,24 @@ impl RaftNode {
 
     pub fn propose(&mut self, data: Vec<u8>) -> Result<(), raft::Error> {
         self.raw.propose(vec![], data)
+    }
+
+    pub fn propose_conf_change(
+        &mut self,
+        context: Vec<u8>,
+        change: ConfChange,
+    ) -> Result<(), raft::Error> {
+        self.raw.propose_conf_change(context, change)
+    }
+
+    /// Voters and learners of the group, as last applied.
+    pub fn conf_state(&self) -> ConfState {
+        self.raw.raft.prs().conf().to_conf_state()
+    }
+
+    /// The commit index this node knows.
+    pub fn commit_index(&self) -> u64 {
+        self.raw.raft.raft_log.committed
     }
 
     pub fn read_index(&mut self, ctx: Vec<u8>) {
@@ -206,28 +227,26 @@ impl RaftNode {
                     let cc = ConfChange::parse_from_bytes(&entry.data)
                         .map_err(|e| NodeError::Corrupt(e.to_string()))?;
                     let cs = self.raw.apply_conf_change(&cc)?;
-                    self.raw.mut_store().set_conf_state(cs)?;
-                    handler.apply(&empty_like(&entry));
+                    self.raw.mut_store().set_conf_state(cs.clone())?;
+                    handler.conf_changed(entry.index, &cc, &cs);
                 }
                 EntryType::EntryConfChangeV2 => {
+                    // We only propose simple (v1) changes; a v2 entry is
+                    // applied to raft and otherwise only advances the index.
                     let cc = ConfChangeV2::parse_from_bytes(&entry.data)
                         .map_err(|e| NodeError::Corrupt(e.to_string()))?;
                     let cs = self.raw.apply_conf_change(&cc)?;
-                    self.raw.mut_store().set_conf_state(cs)?;
-                    handler.apply(&empty_like(&entry));
+                    self.raw.mut_store().set_conf_state(cs.clone())?;
+                    let noop = ConfChange {
+                        change_type: ConfChangeType::AddNode,
+                        node_id: 0,
+                        ..Default::default()
+                    };
+                    handler.conf_changed(entry.index, &noop, &cs);
                 }
             }
         }
         Ok(())
-    }
-}
-
-/// A conf-change entry, as the state machine sees it: an index with no txn.
-fn empty_like(entry: &Entry) -> Entry {
-    Entry {
-        index: entry.index,
-        term: entry.term,
-        ..Default::default()
     }
 }
 

@@ -85,6 +85,8 @@ pub struct DataTree {
     ttls: BTreeSet<String>,
     /// The zxid of the last log entry given to `apply` or `skip`.
     applied_index: u64,
+    /// Peer addresses of members added through conf changes, by id.
+    members: BTreeMap<u64, String>,
 }
 
 impl Default for DataTree {
@@ -122,7 +124,28 @@ impl DataTree {
             containers: BTreeSet::new(),
             ttls: BTreeSet::new(),
             applied_index: 0,
+            members: BTreeMap::new(),
         }
+    }
+
+    /// Applies a raft conf change entry at `zxid`: records (`Some`) or
+    /// forgets (`None`) member `id`'s peer address.
+    pub fn apply_member_change(&mut self, zxid: u64, id: u64, addr: Option<&str>) {
+        debug_assert!(zxid > self.applied_index);
+        match addr {
+            Some(a) => {
+                self.members.insert(id, a.to_string());
+            }
+            None => {
+                self.members.remove(&id);
+            }
+        }
+        self.applied_index = zxid;
+    }
+
+    /// Peer addresses of members added through conf changes.
+    pub fn members(&self) -> &BTreeMap<u64, String> {
+        &self.members
     }
 
     /// The zxid of the last entry given to [`apply`](Self::apply) or

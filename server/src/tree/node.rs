@@ -143,4 +143,13 @@ pub(super) fn len_u32(len: usize) -> u32 {
 pub struct SessionInfo {
     pub password: Vec<u8>,
     pub timeout_ms: u32,
+    /// The session's latest write results (xid, encoded response), oldest
+    /// first, at most [`RECENT_RESULTS_MAX`]: a retried xid found here is
+    /// answered from here instead of being applied twice.
+    pub recent: std::collections::VecDeque<(u64, Vec<u8>)>,
 }
+
+/// Write results remembered per session for idempotent retries. A client
+/// retries what was in flight when its connection broke; this bounds how
+/// many of those can be recognised.
+pub const RECENT_RESULTS_MAX: usize = 64;

@@ -239,7 +239,7 @@ fn leader_now(time_ms: i64) -> i64 {
 fn build(tree: &DataTree, time_ms: i64, spec: &Spec) -> Option<Txn> {
     let kind = match spec {
         Spec::Skip => return None,
-        Spec::NoKind => return Some(Txn { kind: None }),
+        Spec::NoKind => return Some(Txn::default()),
         Spec::Noop => Kind::Noop(NoopTxn {}),
         Spec::CreateSession(id) => Kind::CreateSession(CreateSessionTxn {
             session_id: *id,
@@ -323,7 +323,10 @@ fn build(tree: &DataTree, time_ms: i64, spec: &Spec) -> Option<Txn> {
             }
         }),
     };
-    Some(Txn { kind: Some(kind) })
+    Some(Txn {
+        kind: Some(kind),
+        ..Default::default()
+    })
 }
 
 /// Whether `result` changed nothing (a refusal, a guard that did not hold,

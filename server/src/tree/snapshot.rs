@@ -87,12 +87,28 @@ impl DataTree {
                 session_id: *id,
                 password: s.password.clone(),
                 timeout_ms: s.timeout_ms,
+                recent: s
+                    .recent
+                    .iter()
+                    .map(|(xid, response)| crate::proto::RecentResult {
+                        xid: *xid,
+                        response: response.clone(),
+                    })
+                    .collect(),
             })
             .collect();
         Snapshot {
             applied_index: self.applied_index,
             nodes,
             sessions,
+            members: self
+                .members
+                .iter()
+                .map(|(id, addr)| crate::proto::SnapshotMember {
+                    id: *id,
+                    addr: addr.clone(),
+                })
+                .collect(),
         }
     }
 
@@ -109,6 +125,14 @@ impl DataTree {
             let info = SessionInfo {
                 password: s.password.clone(),
                 timeout_ms: s.timeout_ms,
+                recent: s
+                    .recent
+                    .iter()
+                    .rev()
+                    .take(super::node::RECENT_RESULTS_MAX)
+                    .rev()
+                    .map(|r| (r.xid, r.response.clone()))
+                    .collect(),
             };
             if sessions.insert(s.session_id, info).is_some() {
                 return Err(SnapshotError::DuplicateSession {
@@ -123,6 +147,11 @@ impl DataTree {
             containers: BTreeSet::new(),
             ttls: BTreeSet::new(),
             applied_index: snap.applied_index,
+            members: snap
+                .members
+                .iter()
+                .map(|m| (m.id, m.addr.clone()))
+                .collect(),
         };
 
         let mut stored = snap.nodes.iter();

@@ -33,9 +33,14 @@ impl Log {
     fn step(&mut self, kind: Kind) -> Applied {
         self.zxid += 1;
         self.time_ms += STEP_MS;
-        let applied = self
-            .tree
-            .apply(self.zxid, self.time_ms, &Txn { kind: Some(kind) });
+        let applied = self.tree.apply(
+            self.zxid,
+            self.time_ms,
+            &Txn {
+                kind: Some(kind),
+                ..Default::default()
+            },
+        );
         self.tree.check_invariants().expect("invariants after step");
         applied
     }
@@ -168,7 +173,7 @@ fn skip_noop_and_empty_txn_only_advance_the_index() {
     let mut log = Log::new();
     let before = log.tree.clone();
     assert_eq!(log.step(Kind::Noop(NoopTxn {})).result, TxnResult::Noop);
-    let applied = log.tree.apply(2, 0, &Txn { kind: None });
+    let applied = log.tree.apply(2, 0, &Txn::default());
     assert_eq!(applied.result, TxnResult::Noop);
     assert!(applied.triggers.is_empty());
     log.tree.skip(5);
@@ -848,6 +853,7 @@ fn failed_multi_restores_exact_state() {
             0,
             &Txn {
                 kind: Some(multi(ops)),
+                ..Default::default()
             },
         )
     };

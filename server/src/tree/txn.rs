@@ -86,6 +86,11 @@ pub enum TxnResult {
     GuardedDelete {
         deleted: bool,
     },
+    /// The session already applied this xid: nothing changed; this is the
+    /// answer it got then (an encoded wire `Response`).
+    Duplicate {
+        response: Vec<u8>,
+    },
     Noop,
 }
 
@@ -191,6 +196,13 @@ impl DataTree {
             undo: Vec::new(),
             triggers: Vec::new(),
         };
+        if let Some(response) = self.recent_result(txn.session_id, txn.xid) {
+            self.applied_index = zxid;
+            return Applied {
+                result: TxnResult::Duplicate { response },
+                triggers: Vec::new(),
+            };
+        }
         let result = match &txn.kind {
             None | Some(txn::Kind::Noop(_)) => TxnResult::Noop,
             Some(txn::Kind::CreateSession(t)) => self.create_session(t),
@@ -213,6 +225,34 @@ impl DataTree {
         }
     }
 
+    /// The answer a session's write `xid` already got, if it is one of the
+    /// session's recent writes.
+    fn recent_result(&self, session_id: u64, xid: u64) -> Option<Vec<u8>> {
+        if session_id == 0 || xid == 0 {
+            return None;
+        }
+        let s = self.sessions.get(&session_id)?;
+        s.recent
+            .iter()
+            .find(|(x, _)| *x == xid)
+            .map(|(_, r)| r.clone())
+    }
+
+    /// Part of applying the entry that carried the session's write `xid`:
+    /// remembers the answer it got (encoded), so a retry gets it again.
+    /// Every replica records the same bytes, so this stays deterministic.
+    pub fn record_result(&mut self, session_id: u64, xid: u64, response: Vec<u8>) {
+        if xid == 0 {
+            return;
+        }
+        if let Some(s) = self.sessions.get_mut(&session_id) {
+            if s.recent.len() >= super::node::RECENT_RESULTS_MAX {
+                s.recent.pop_front();
+            }
+            s.recent.push_back((xid, response));
+        }
+    }
+
     /// Records a log entry that carries no `Txn` (an empty or configuration
     /// entry): the tree does not change, only the applied index moves.
     pub fn skip(&mut self, zxid: u64) {
@@ -231,13 +271,15 @@ impl DataTree {
         if t.session_id == 0 {
             return TxnResult::Noop;
         }
-        self.sessions.insert(
-            t.session_id,
-            super::SessionInfo {
+        // A CreateSession proposed twice (re-proposed after a leader change)
+        // must not reset the session's state.
+        self.sessions
+            .entry(t.session_id)
+            .or_insert_with(|| super::SessionInfo {
                 password: t.password.clone(),
                 timeout_ms: t.timeout_ms,
-            },
-        );
+                recent: Default::default(),
+            });
         TxnResult::SessionCreated
     }
 

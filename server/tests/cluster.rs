@@ -1,0 +1,477 @@
+//! The replicated cluster against real `warden` processes: writes through
+//! every server, failover with no acknowledged write lost, quorum loss with
+//! a clear error, catch-up (also through a snapshot), sessions that move
+//! between servers, idempotent retries.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use warden_client::{Client, ConnectOptions, CreateOptions, Error, ErrorCode, EventType};
+use warden_testkit::{Cluster, ServerOptions};
+
+fn opts() -> ConnectOptions {
+    ConnectOptions {
+        session_timeout: Duration::from_secs(10),
+        connect_timeout: Duration::from_secs(10),
+        request_timeout: Duration::from_secs(10),
+    }
+}
+
+async fn connect(servers: &str) -> Client {
+    Client::connect(servers, opts()).await.expect("connect")
+}
+
+/// The leader, as a majority-side server reports it (waits for one).
+async fn leader(cluster: &Cluster, up: &[usize]) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        for &i in up {
+            if let Ok(c) = Client::connect(cluster.addr(i), opts()).await {
+                if let Ok(status) = c.cluster_status().await {
+                    let l = status.leader_id as usize;
+                    if l != 0 && up.contains(&l) {
+                        return l;
+                    }
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "no leader among {up:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Retries a create through errors that leave its outcome unknown; a
+/// NodeExists after such an error means the first attempt was applied.
+async fn create_acked(c: &Client, path: &str, data: &[u8]) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut uncertain = false;
+    loop {
+        match c.create(path, data, CreateOptions::default()).await {
+            Ok(_) => return true,
+            Err(e) if e.code() == ErrorCode::NodeExists && uncertain => return true,
+            Err(e) => {
+                assert!(
+                    matches!(
+                        e.code(),
+                        ErrorCode::ConnectionLoss
+                            | ErrorCode::NotReady
+                            | ErrorCode::OperationTimeout
+                    ),
+                    "{path}: unexpected error {e}"
+                );
+                uncertain = true;
+                if Instant::now() > deadline {
+                    return false;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+async fn writes_and_reads_through_every_server(nodes: usize) {
+    let cluster = Cluster::start(nodes);
+    let mut clients = Vec::new();
+    for i in cluster.node_ids() {
+        clients.push(connect(cluster.addr(i)).await);
+    }
+    for (i, c) in clients.iter().enumerate() {
+        let path = format!("/via-{}", i + 1);
+        c.create(&path, path.as_bytes(), CreateOptions::default())
+            .await
+            .unwrap();
+        // A session reads its own write at once, on whatever server it is.
+        assert_eq!(c.get_data(&path).await.unwrap().0, path.as_bytes());
+    }
+    for c in &clients {
+        c.sync("/").await.unwrap();
+        for i in 1..=nodes {
+            let path = format!("/via-{i}");
+            assert_eq!(c.get_data(&path).await.unwrap().0, path.as_bytes());
+        }
+        assert_eq!(c.get_children("/").await.unwrap().0.len(), nodes);
+    }
+    // Linearizable reads through a follower see a write made elsewhere.
+    clients[0].set_data("/via-1", b"new", None).await.unwrap();
+    for c in &clients {
+        assert_eq!(c.get_data_linearizable("/via-1").await.unwrap().0, b"new");
+    }
+}
+
+#[tokio::test]
+async fn three_nodes_write_and_read_through_every_server() {
+    writes_and_reads_through_every_server(3).await;
+}
+
+#[tokio::test]
+async fn five_nodes_write_and_read_through_every_server() {
+    writes_and_reads_through_every_server(5).await;
+}
+
+async fn leader_kill_under_load(nodes: usize) {
+    let mut cluster = Cluster::start(nodes);
+    let servers = cluster.servers();
+    let c = connect(&servers).await;
+    let session = c.session_id();
+    c.create("/load", b"", CreateOptions::default())
+        .await
+        .unwrap();
+    let old_leader = leader(&cluster, &cluster.node_ids()).await;
+
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let mut acked = Vec::new();
+                for i in 0..60 {
+                    let path = format!("/load/w{w}-{i}");
+                    if create_acked(&c, &path, b"x").await {
+                        acked.push(path);
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    // Kill the leader while the writers run.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    cluster.kill9(old_leader);
+    let mut acked = Vec::new();
+    for w in writers {
+        acked.extend(w.await.unwrap());
+    }
+    assert_eq!(acked.len(), 240, "every write was eventually acknowledged");
+    let up: Vec<usize> = cluster
+        .node_ids()
+        .into_iter()
+        .filter(|&i| i != old_leader)
+        .collect();
+    let new_leader = leader(&cluster, &up).await;
+    assert_ne!(new_leader, old_leader);
+    // Same session throughout.
+    assert_eq!(c.session_id(), session);
+    assert_eq!(
+        *c.session_events().borrow(),
+        warden_client::SessionState::Connected
+    );
+
+    // Every acknowledged write is there, read through every live server.
+    for &i in &up {
+        let r = connect(cluster.addr(i)).await;
+        r.sync("/load").await.unwrap();
+        let (children, _) = r.get_children("/load").await.unwrap();
+        for p in &acked {
+            let name = p.rsplit('/').next().unwrap();
+            assert!(children.iter().any(|c| c == name), "{p} lost on node {i}");
+        }
+    }
+    // The old leader comes back and catches up.
+    cluster.restart(old_leader);
+    let r = connect(cluster.addr(old_leader)).await;
+    r.sync("/load").await.unwrap();
+    assert_eq!(r.get_children("/load").await.unwrap().0.len(), acked.len());
+}
+
+#[tokio::test]
+async fn three_nodes_leader_kill9_under_load_loses_nothing() {
+    leader_kill_under_load(3).await;
+}
+
+#[tokio::test]
+async fn five_nodes_leader_kill9_under_load_loses_nothing() {
+    leader_kill_under_load(5).await;
+}
+
+#[tokio::test]
+async fn five_nodes_serve_with_two_down_and_refuse_with_three_down() {
+    let mut cluster = Cluster::start(5);
+    let first = leader(&cluster, &cluster.node_ids()).await;
+    // Take down the leader and one follower.
+    let second = if first == 1 { 2 } else { 1 };
+    cluster.kill9(first);
+    cluster.kill9(second);
+    let up: Vec<usize> = cluster
+        .node_ids()
+        .into_iter()
+        .filter(|i| ![first, second].contains(i))
+        .collect();
+    let c = connect(
+        &up.iter()
+            .map(|&i| cluster.addr(i))
+            .collect::<Vec<_>>()
+            .join(","),
+    )
+    .await;
+    assert!(create_acked(&c, "/two-down", b"ok").await);
+    assert_eq!(c.get_data("/two-down").await.unwrap().0, b"ok");
+
+    // A third node down: no quorum. Writes fail with a clear error, in
+    // bounded time, never hang.
+    // (A new session needs a quorum too: open it first.)
+    let survivor = connect_any(&cluster, &up[1..]).await;
+    cluster.kill9(up[0]);
+    let mut saw_refusal = false;
+    for i in 0..3 {
+        let started = Instant::now();
+        let result = tokio::time::timeout(
+            Duration::from_secs(30),
+            survivor.create(&format!("/no-quorum-{i}"), b"", CreateOptions::default()),
+        )
+        .await
+        .expect("a write without quorum must fail, not hang");
+        let err = result.expect_err("no quorum, yet the write succeeded");
+        assert!(
+            matches!(
+                err.code(),
+                ErrorCode::NotReady | ErrorCode::OperationTimeout | ErrorCode::ConnectionLoss
+            ),
+            "unclear error without quorum: {err}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(30));
+        saw_refusal |= err.code() == ErrorCode::NotReady;
+        if saw_refusal {
+            break;
+        }
+    }
+    assert!(
+        saw_refusal,
+        "once no leader is left, writes are refused with NotReady"
+    );
+}
+
+/// A client on whichever of `ids` accepts a session.
+async fn connect_any(cluster: &Cluster, ids: &[usize]) -> Client {
+    let servers = ids
+        .iter()
+        .map(|&i| cluster.addr(i))
+        .collect::<Vec<_>>()
+        .join(",");
+    match Client::connect(&servers, opts()).await {
+        Ok(c) => c,
+        Err(e) => panic!("connect to {servers}: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn restarted_node_catches_up_through_a_snapshot() {
+    let mut cluster = Cluster::start_with(
+        3,
+        ServerOptions {
+            snapshot_entries: Some(20),
+            ..ServerOptions::default()
+        },
+    );
+    let l = leader(&cluster, &cluster.node_ids()).await;
+    let lagging = if l == 3 { 2 } else { 3 };
+    cluster.kill9(lagging);
+    let up: Vec<usize> = cluster
+        .node_ids()
+        .into_iter()
+        .filter(|&i| i != lagging)
+        .collect();
+    let c = connect(
+        &up.iter()
+            .map(|&i| cluster.addr(i))
+            .collect::<Vec<_>>()
+            .join(","),
+    )
+    .await;
+    c.create("/catch", b"", CreateOptions::default())
+        .await
+        .unwrap();
+    let mut written = BTreeMap::new();
+    for i in 0..120 {
+        let path = format!("/catch/n{i}");
+        c.create(&path, format!("{i}").as_bytes(), CreateOptions::default())
+            .await
+            .unwrap();
+        written.insert(path, format!("{i}"));
+    }
+    // The log behind the snapshots is gone on the others: the restarted
+    // node can only catch up through a snapshot.
+    cluster.restart(lagging);
+    let r = connect(cluster.addr(lagging)).await;
+    r.sync("/").await.unwrap();
+    for (p, d) in &written {
+        assert_eq!(String::from_utf8_lossy(&r.get_data(p).await.unwrap().0), *d);
+    }
+    assert!(
+        cluster
+            .log(lagging)
+            .contains("state machine replaced by leader snapshot"),
+        "the node caught up without a snapshot; log:\n{}",
+        cluster.log(lagging)
+    );
+}
+
+#[tokio::test]
+async fn session_moves_to_another_server_with_its_ephemerals_and_missed_events() {
+    let cluster = Cluster::start(3);
+    let l = leader(&cluster, &cluster.node_ids()).await;
+    // The client's first server is a follower; the next one in its list
+    // is the other follower.
+    let followers: Vec<usize> = cluster.node_ids().into_iter().filter(|&i| i != l).collect();
+    let (first, second) = (followers[0], followers[1]);
+    let servers = format!("{},{}", cluster.addr(first), cluster.addr(second));
+    let c = Client::connect(
+        &servers,
+        ConnectOptions {
+            session_timeout: Duration::from_secs(6),
+            ..opts()
+        },
+    )
+    .await
+    .unwrap();
+    let other = connect(cluster.addr(l)).await;
+    other
+        .create("/watched", b"0", CreateOptions::default())
+        .await
+        .unwrap();
+    c.sync("/").await.unwrap();
+    c.create("/mine", b"", CreateOptions::ephemeral())
+        .await
+        .unwrap();
+    let (_, _, data_watch) = c.get_data_watch("/watched").await.unwrap();
+    let (_, _, child_watch) = c.get_children_watch("/watched").await.unwrap();
+
+    // Freeze the client's server: its connection stays open but silent,
+    // so the changes below can only reach the client after it has moved.
+    let pid = cluster.pid(first).expect("running");
+    signal(pid, libc::SIGSTOP);
+    let changed = other.set_data("/watched", b"1", None).await.unwrap();
+    other
+        .create("/watched/kid", b"", CreateOptions::default())
+        .await
+        .unwrap();
+
+    let e = tokio::time::timeout(Duration::from_secs(20), data_watch)
+        .await
+        .expect("missed data event delivered after the move")
+        .unwrap();
+    assert_eq!(e.event_type, EventType::NodeDataChanged);
+    assert!(e.zxid >= changed.mzxid);
+    let e = tokio::time::timeout(Duration::from_secs(20), child_watch)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.event_type, EventType::NodeChildrenChanged);
+
+    // Same session, ephemeral kept, and it reads what it was told about.
+    let stat = c
+        .exists("/mine")
+        .await
+        .unwrap()
+        .expect("ephemeral kept across the move");
+    assert_eq!(stat.ephemeral_owner, c.session_id());
+    assert_eq!(c.get_data("/watched").await.unwrap().0, b"1");
+    signal(pid, libc::SIGCONT);
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: signalling a child process the cluster helper owns.
+    unsafe {
+        libc::kill(pid as libc::pid_t, sig);
+    }
+}
+
+#[tokio::test]
+async fn errors_name_the_problem() {
+    let cluster = Cluster::start(3);
+    let c = connect(&cluster.servers()).await;
+    let err = c.add_member(0, "127.0.0.1:1", false).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::BadArguments);
+    let err = c.add_member(9, "no-port", false).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::BadArguments);
+    assert!(
+        matches!(err, Error::Api { ref message, .. } if message.contains("HOST:PORT")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn membership_changes_under_load_lose_nothing() {
+    let mut cluster = Cluster::start_with_spares(3, 2, ServerOptions::default());
+    let members: Vec<usize> = vec![1, 2, 3];
+    let servers = members
+        .iter()
+        .map(|&i| cluster.addr(i))
+        .collect::<Vec<_>>()
+        .join(",");
+    let c = connect(&servers).await;
+    c.create("/m", b"", CreateOptions::default()).await.unwrap();
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..3)
+        .map(|w| {
+            let c = c.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut acked = Vec::new();
+                let mut i = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let path = format!("/m/w{w}-{i}");
+                    if create_acked(&c, &path, b"x").await {
+                        acked.push(path);
+                    }
+                    i += 1;
+                }
+                acked
+            })
+        })
+        .collect();
+
+    // Node 4 joins as a learner, catches up, and is promoted.
+    cluster.launch_spare(4);
+    let peer4 = cluster.peer_addr(4).to_string();
+    c.add_member(4, &peer4, true).await.unwrap();
+    cluster.await_ready(4);
+    let status = c.cluster_status().await.unwrap();
+    let m4 = status
+        .members
+        .iter()
+        .find(|m| m.id == 4)
+        .expect("node 4 listed");
+    assert!(!m4.voter);
+    c.add_member(4, &peer4, false).await.unwrap();
+    // Node 5 joins as a voter straight away.
+    cluster.launch_spare(5);
+    let peer5 = cluster.peer_addr(5).to_string();
+    c.add_member(5, &peer5, false).await.unwrap();
+    cluster.await_ready(5);
+    // A follower of the original three leaves.
+    let l = leader(&cluster, &[1, 2, 3, 4, 5]).await;
+    let leaving = [1, 2, 3].into_iter().find(|&i| i != l).unwrap();
+    c.remove_member(leaving as u64).await.unwrap();
+    cluster.stop(leaving);
+
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut acked = Vec::new();
+    for w in writers {
+        acked.extend(w.await.unwrap());
+    }
+    assert!(!acked.is_empty());
+
+    let status = c.cluster_status().await.unwrap();
+    let mut ids: Vec<u64> = status.members.iter().map(|m| m.id).collect();
+    ids.sort_unstable();
+    let mut expected: Vec<u64> = [1, 2, 3, 4, 5]
+        .into_iter()
+        .filter(|&i| i != leaving as u64)
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(ids, expected);
+    assert!(status.members.iter().all(|m| m.voter));
+
+    for i in [4usize, 5] {
+        let r = connect(cluster.addr(i)).await;
+        r.sync("/m").await.unwrap();
+        let (children, _) = r.get_children("/m").await.unwrap();
+        for p in &acked {
+            let name = p.rsplit('/').next().unwrap();
+            assert!(
+                children.iter().any(|c| c == name),
+                "{p} missing on node {i}"
+            );
+        }
+    }
+}
