@@ -438,10 +438,18 @@ async fn membership_changes_under_load_lose_nothing() {
     let peer5 = cluster.peer_addr(5).to_string();
     c.add_member(5, &peer5, false).await.unwrap();
     cluster.await_ready(5);
-    // A follower of the original three leaves.
+    // A follower of the original three leaves; the request goes through
+    // another member (a server cannot remove itself).
     let l = leader(&cluster, &[1, 2, 3, 4, 5]).await;
     let leaving = [1, 2, 3].into_iter().find(|&i| i != l).unwrap();
-    c.remove_member(leaving as u64).await.unwrap();
+    let admin = connect(cluster.addr(l)).await;
+    let err = connect(cluster.addr(leaving))
+        .await
+        .remove_member(leaving as u64)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::BadArguments, "{err}");
+    admin.remove_member(leaving as u64).await.unwrap();
     cluster.stop(leaving);
 
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
