@@ -65,6 +65,8 @@ const PROPOSAL_TIMEOUT: Duration = Duration::from_secs(5);
 const SNAPSHOT_LOG_BYTES: u64 = 64 * 1024 * 1024;
 /// A peer whose status is older than this is reported unreachable.
 const PEER_STATUS_FRESH: Duration = Duration::from_secs(3);
+/// How often an unapplied membership change is proposed again.
+const CONF_CHANGE_RETRY: Duration = Duration::from_secs(1);
 /// Bound of the channel from peer connections to the core.
 pub const PEER_INBOX_MAX: usize = 4096;
 
@@ -155,6 +157,10 @@ struct Waiting {
     /// The encoded proposal, when it is safe to propose again after a
     /// leader change (applying it twice changes nothing).
     proposal: Option<Vec<u8>>,
+    /// A membership change: raft silently drops one proposed while another
+    /// is still pending, so it is proposed again every
+    /// [`CONF_CHANGE_RETRY`] until it applies (applying it twice is a no-op).
+    conf_change: Option<(ConfChange, Instant)>,
 }
 
 /// Everything but the raft node: the state machine and its clients.
@@ -499,6 +505,21 @@ impl Core {
 
     /// Answers the requests raft has not settled within PROPOSAL_TIMEOUT.
     fn expire_waiters(&mut self, now: Instant) {
+        let mut retry = Vec::new();
+        for w in self.m.waiters.values_mut() {
+            if let Some((change, last)) = &mut w.conf_change {
+                if now.duration_since(*last) >= CONF_CHANGE_RETRY {
+                    *last = now;
+                    retry.push(change.clone());
+                }
+            }
+        }
+        for change in retry {
+            let context = change.context.to_vec();
+            if let Err(e) = self.raft.propose_conf_change(context, change) {
+                debug!(error = %e, "membership change re-proposal dropped");
+            }
+        }
         let expired: Vec<u64> = self
             .m
             .waiters
@@ -679,6 +700,7 @@ impl Core {
                             waiter: Waiter::Connect { conn, timeout_ms },
                             since: Instant::now(),
                             proposal: Some(proposal),
+                            conf_change: None,
                         },
                     );
                 }
@@ -776,6 +798,16 @@ impl Core {
                 };
                 self.conf_change_slot(conn, xid, change_type, r.id, r.addr)
             }
+            Plan::RemoveMember(r) if r.id == self.m.node_id => {
+                // This server would never learn that its own removal
+                // committed (the group stops talking to it), so the answer
+                // could not come.
+                let f = Failure::new(
+                    ErrorCode::BadArguments,
+                    format!("server {} cannot remove itself: ask another member", r.id),
+                );
+                Slot::Done(error_frame(xid, self.m.tree.applied_index(), f))
+            }
             Plan::RemoveMember(r) => {
                 self.conf_change_slot(conn, xid, ConfChangeType::RemoveNode, r.id, String::new())
             }
@@ -838,7 +870,7 @@ impl Core {
             context: context.clone().into(),
             ..Default::default()
         };
-        match self.raft.propose_conf_change(context, change) {
+        match self.raft.propose_conf_change(context, change.clone()) {
             Ok(()) => {
                 info!(node_id, ?change_type, "membership change proposed");
                 self.m.waiters.insert(
@@ -847,6 +879,7 @@ impl Core {
                         waiter: Waiter::Request { conn },
                         since: Instant::now(),
                         proposal: None,
+                        conf_change: Some((change, Instant::now())),
                     },
                 );
                 Slot::Write { xid, request_id }
@@ -937,6 +970,7 @@ impl Core {
                         waiter: Waiter::Request { conn },
                         since: Instant::now(),
                         proposal: idempotent.then_some(proposal),
+                        conf_change: None,
                     },
                 );
                 Slot::Write { xid, request_id }

@@ -438,10 +438,18 @@ async fn membership_changes_under_load_lose_nothing() {
     let peer5 = cluster.peer_addr(5).to_string();
     c.add_member(5, &peer5, false).await.unwrap();
     cluster.await_ready(5);
-    // A follower of the original three leaves.
+    // A follower of the original three leaves; the request goes through
+    // another member (a server cannot remove itself).
     let l = leader(&cluster, &[1, 2, 3, 4, 5]).await;
     let leaving = [1, 2, 3].into_iter().find(|&i| i != l).unwrap();
-    c.remove_member(leaving as u64).await.unwrap();
+    let admin = connect(cluster.addr(l)).await;
+    let err = connect(cluster.addr(leaving))
+        .await
+        .remove_member(leaving as u64)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::BadArguments, "{err}");
+    admin.remove_member(leaving as u64).await.unwrap();
     cluster.stop(leaving);
 
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -472,6 +480,42 @@ async fn membership_changes_under_load_lose_nothing() {
                 children.iter().any(|c| c == name),
                 "{p} missing on node {i}"
             );
+        }
+    }
+}
+
+#[tokio::test]
+async fn wardenctl_cluster_status_lists_every_member() {
+    let cluster = Cluster::start(3);
+    let c = connect(&cluster.servers()).await;
+    c.create("/s", b"", CreateOptions::default()).await.unwrap();
+    // Every member reports in within a few status rounds.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let lines = loop {
+        let out = std::process::Command::new(warden_testkit::binary("wardenctl"))
+            .args(["--servers", cluster.addr(2), "--json", "cluster", "status"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if lines.iter().all(|m| m["reachable"] == true && m["applied_index"].as_u64() > Some(0)) {
+            break lines;
+        }
+        assert!(Instant::now() < deadline, "members never all reported: {lines:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(lines.len(), 3);
+    let roles: Vec<&str> = lines.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles.iter().filter(|r| **r == "leader").count(), 1, "{roles:?}");
+    assert_eq!(roles.iter().filter(|r| **r == "follower").count(), 2, "{roles:?}");
+    for (i, m) in lines.iter().enumerate() {
+        assert_eq!(m["id"].as_u64(), Some(i as u64 + 1));
+        for field in ["addr", "term", "commit_index", "applied_index"] {
+            assert!(!m[field].is_null(), "{field} missing in {m}");
         }
     }
 }

@@ -401,9 +401,7 @@ impl Cluster {
 
     /// Like [`Cluster::start_with`], plus `spares` more nodes (ids after the
     /// members') that are not started: [`Cluster::launch_spare`] starts one
-    /// with `--join`, to be added with a membership change. Every node's
-    /// `--peers` lists all addresses, spares included; only the first
-    /// `nodes` form the group.
+    /// with `--join`, to be added with a membership change.
     pub fn start_with_spares(nodes: usize, spares: usize, opts: ServerOptions) -> Cluster {
         assert!(nodes >= 1, "a cluster needs at least one node");
         let members = nodes;
@@ -415,16 +413,25 @@ impl Cluster {
         // Client, peer and HTTP port of each node, all distinct.
         let ports = free_ports(nodes * 3);
         let addr = |port: u16| format!("127.0.0.1:{port}");
-        let peers = (1..=nodes)
-            .map(|id| format!("{id}={}", addr(ports[3 * (id - 1) + 1])))
-            .collect::<Vec<_>>()
-            .join(",");
+        let peer_list = |ids: std::ops::RangeInclusive<usize>| {
+            ids.map(|id| format!("{id}={}", addr(ports[3 * (id - 1) + 1])))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        // Members bootstrap the group from their --peers, so it lists the
+        // members only; a spare's lists everyone, itself included.
+        let member_peers = peer_list(1..=members);
+        let all_peers = peer_list(1..=nodes);
         let processes = (1..=nodes)
             .map(|id| {
                 let base = 3 * (id - 1);
                 let membership = Membership {
                     id,
-                    peers: peers.clone(),
+                    peers: if id > members {
+                        all_peers.clone()
+                    } else {
+                        member_peers.clone()
+                    },
                     peer_listen: addr(ports[base + 1]),
                     http_listen: addr(ports[base + 2]),
                     join: id > members,
