@@ -448,14 +448,14 @@ impl Core {
                     Err(e) => warn!(from = frame.from, error = %e, "undecodable raft message"),
                 }
             }
-            Some(peer_frame::Kind::Touch(t)) => {
-                if self.m.role == StateRole::Leader {
-                    let now = Instant::now();
-                    for id in t.session_ids {
-                        self.m.sessions.touch(id, now);
-                    }
+            Some(peer_frame::Kind::Touch(t)) if self.m.role == StateRole::Leader => {
+                let now = Instant::now();
+                for id in t.session_ids {
+                    self.m.sessions.touch(id, now);
                 }
             }
+            // A follower that thinks we lead; the next report finds the leader.
+            Some(peer_frame::Kind::Touch(_)) => {}
             Some(peer_frame::Kind::Status(st)) => {
                 self.m.peer_status.insert(frame.from, (st, Instant::now()));
             }

@@ -742,23 +742,11 @@ impl Signals {
 /// Sending SIGTERM to a child (`std` and `tokio` can only SIGKILL).
 #[cfg(unix)]
 mod sys {
-    use std::os::raw::c_int;
-
-    /// SIGTERM's number: 15 on every Unix that Rust supports.
-    const SIGTERM: c_int = 15;
-
-    // kill(2) from the C library that `std` already links. Declared here
-    // rather than taken from the `libc` crate, which this crate does not
-    // depend on; with `libc` in Cargo.toml this becomes `libc::kill`.
-    extern "C" {
-        fn kill(pid: c_int, sig: c_int) -> c_int;
-    }
-
     pub fn terminate(pid: u32) -> std::io::Result<()> {
-        let pid = c_int::try_from(pid)
+        let pid = libc::pid_t::try_from(pid)
             .map_err(|_| std::io::Error::other(format!("pid {pid} out of range")))?;
         // SAFETY: kill(2) takes two integers and touches no memory of ours.
-        if unsafe { kill(pid, SIGTERM) } == 0 {
+        if unsafe { libc::kill(pid, libc::SIGTERM) } == 0 {
             Ok(())
         } else {
             Err(std::io::Error::last_os_error())

@@ -84,42 +84,58 @@ pub async fn serve(
         })
         .expect("spawning the core thread");
 
-    // Wait for the core to be ready before taking clients.
+    // Wait for the core to be ready before taking clients (a shutdown
+    // signal meanwhile is honoured: a node of a group without a quorum may
+    // wait a long time).
+    tokio::pin!(shutdown);
+    let mut stopping = false;
     loop {
         match *state_rx.borrow_and_update() {
             CoreState::Ready => break,
             CoreState::Stopped => return Err(ServeError::CoreStopped),
             CoreState::Starting => {}
         }
-        if state_rx.changed().await.is_err() {
-            return Err(ServeError::CoreStopped);
-        }
-    }
-
-    info!(%client, id = cfg.id, data_dir = %cfg.data_dir.display(), "listening");
-    on_ready(Bound { client });
-
-    tokio::pin!(shutdown);
-    let mut next_conn: u64 = 1;
-    loop {
         tokio::select! {
             _ = &mut shutdown => {
-                info!("shutting down");
+                info!("shutting down before ready");
+                stopping = true;
                 break;
             }
             changed = state_rx.changed() => {
-                if changed.is_err() || *state_rx.borrow() == CoreState::Stopped {
-                    error!("core stopped; shutting down");
-                    break;
+                if changed.is_err() {
+                    return Err(ServeError::CoreStopped);
                 }
             }
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    let conn = next_conn;
-                    next_conn += 1;
-                    tokio::spawn(conn::serve(stream, peer, conn, core_tx.clone()));
+        }
+    }
+
+    if !stopping {
+        info!(%client, id = cfg.id, data_dir = %cfg.data_dir.display(), "listening");
+        on_ready(Bound { client });
+    }
+
+    let mut next_conn: u64 = 1;
+    if !stopping {
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => {
+                    info!("shutting down");
+                    break;
                 }
-                Err(e) => warn!(error = %e, "accept failed"),
+                changed = state_rx.changed() => {
+                    if changed.is_err() || *state_rx.borrow() == CoreState::Stopped {
+                        error!("core stopped; shutting down");
+                        break;
+                    }
+                }
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        let conn = next_conn;
+                        next_conn += 1;
+                        tokio::spawn(conn::serve(stream, peer, conn, core_tx.clone()));
+                    }
+                    Err(e) => warn!(error = %e, "accept failed"),
+                }
             }
         }
     }

@@ -496,22 +496,40 @@ async fn wardenctl_cluster_status_lists_every_member() {
             .args(["--servers", cluster.addr(2), "--json", "cluster", "status"])
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
             .unwrap()
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
-        if lines.iter().all(|m| m["reachable"] == true && m["applied_index"].as_u64() > Some(0)) {
+        if lines
+            .iter()
+            .all(|m| m["reachable"] == true && m["applied_index"].as_u64() > Some(0))
+        {
             break lines;
         }
-        assert!(Instant::now() < deadline, "members never all reported: {lines:?}");
+        assert!(
+            Instant::now() < deadline,
+            "members never all reported: {lines:?}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(lines.len(), 3);
     let roles: Vec<&str> = lines.iter().map(|m| m["role"].as_str().unwrap()).collect();
-    assert_eq!(roles.iter().filter(|r| **r == "leader").count(), 1, "{roles:?}");
-    assert_eq!(roles.iter().filter(|r| **r == "follower").count(), 2, "{roles:?}");
+    assert_eq!(
+        roles.iter().filter(|r| **r == "leader").count(),
+        1,
+        "{roles:?}"
+    );
+    assert_eq!(
+        roles.iter().filter(|r| **r == "follower").count(),
+        2,
+        "{roles:?}"
+    );
     for (i, m) in lines.iter().enumerate() {
         assert_eq!(m["id"].as_u64(), Some(i as u64 + 1));
         for field in ["addr", "term", "commit_index", "applied_index"] {
