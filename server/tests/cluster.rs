@@ -537,3 +537,73 @@ async fn wardenctl_cluster_status_lists_every_member() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_follower_forwards_heartbeats_so_its_sessions_live() {
+    let cluster = Cluster::start(3);
+    let l = leader(&cluster, &cluster.node_ids()).await;
+    let follower = cluster.node_ids().into_iter().find(|&i| i != l).unwrap();
+    // Only the leader decides expiry; this session's pings reach only a
+    // follower, which must forward them.
+    let owner = Client::connect(
+        cluster.addr(follower),
+        ConnectOptions {
+            session_timeout: Duration::from_millis(1000),
+            ..opts()
+        },
+    )
+    .await
+    .unwrap();
+    owner
+        .create("/held", b"", CreateOptions::ephemeral())
+        .await
+        .unwrap();
+    let observer = connect(cluster.addr(l)).await;
+    observer.sync("/").await.unwrap();
+    let (_, deleted) = observer.exists_watch("/held").await.unwrap();
+    // Three session timeouts of idleness: the ephemeral must stay.
+    let fired = tokio::time::timeout(Duration::from_secs(3), deleted).await;
+    assert!(
+        fired.is_err(),
+        "a live session on a follower was expired: {fired:?}"
+    );
+    // And once the owner is gone (its client closes the session), so is it.
+    let (_, deleted) = observer.exists_watch("/held").await.unwrap();
+    drop(owner);
+    let e = tokio::time::timeout(Duration::from_secs(20), deleted)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.event_type, EventType::NodeDeleted);
+}
+
+#[test]
+fn a_server_behind_the_client_refuses_with_a_clear_error() {
+    use prost::Message;
+    use std::io::{Read, Write};
+    use warden_protocol::pb::{self, client_frame, server_frame};
+    let cluster = Cluster::start(3);
+    let mut s = std::net::TcpStream::connect(cluster.addr(2)).unwrap();
+    let body = pb::ClientFrame {
+        kind: Some(client_frame::Kind::Connect(pb::ConnectRequest {
+            protocol_version: 1,
+            timeout_ms: 5000,
+            last_zxid_seen: 1_000_000_000,
+            ..Default::default()
+        })),
+    }
+    .encode_to_vec();
+    s.write_all(&(body.len() as u32).to_be_bytes()).unwrap();
+    s.write_all(&body).unwrap();
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).unwrap();
+    let mut buf = vec![0; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut buf).unwrap();
+    match pb::ServerFrame::decode(&buf[..]).unwrap().kind {
+        Some(server_frame::Kind::Connect(c)) => {
+            assert_eq!(c.error, ErrorCode::ServerBehind as i32);
+            assert!(c.message.contains("has seen 1000000000"), "{}", c.message);
+        }
+        other => panic!("{other:?}"),
+    }
+}
