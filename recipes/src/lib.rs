@@ -1,1 +1,12 @@
-//! Warden recipes: locks with fencing tokens, leader election and more. (Recipes land with issue 5.)
+//! Coordination recipes on Warden, built only on `warden-client`'s public
+//! API, so they work the same on one node and on a cluster.
+//!
+//! Every recipe keeps its state in znodes under a path the caller chooses
+//! (e.g. `/locks/payments`), in the classic ZooKeeper/Curator shapes:
+//! ephemeral-sequential contenders under a container node, each waiting on
+//! its predecessor only. The fencing token of a grant is the czxid of the
+//! node that won it: strictly increasing across grants of the same lock.
+
+mod error;
+
+pub use error::{Error, Result};

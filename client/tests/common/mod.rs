@@ -13,7 +13,6 @@
 
 pub mod fake;
 
-use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use warden_client::{Client, ConnectOptions};
@@ -54,34 +53,4 @@ impl WardenServer {
     pub fn log(&self) -> String {
         self.inner.log()
     }
-
-    /// Runs `wardenctl --servers <this server> <args>`.
-    pub fn wardenctl(&self, args: &[&str]) -> Output {
-        wardenctl(&self.addr, args)
-    }
-}
-
-/// Runs the `wardenctl` built with these tests against `servers`.
-pub fn wardenctl(servers: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_wardenctl"))
-        .arg("--servers")
-        .arg(servers)
-        .arg("--timeout-ms")
-        .arg("5000")
-        .args(args)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run wardenctl")
-}
-
-/// Stdout of a run that must have succeeded.
-pub fn ok_stdout(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "wardenctl failed ({}): stderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).expect("utf-8 output")
 }
