@@ -19,6 +19,8 @@ use serde::Serialize;
 use warden_client::{Client, ConnectOptions, CreateOptions, ErrorCode, Stat, WatchEvent};
 use warden_protocol::path;
 
+mod bench;
+
 /// How many times `rmr` re-lists a node that gained a child while it was
 /// being emptied, before giving up with `NotEmpty`.
 const RMR_NOT_EMPTY_RETRIES_MAX: u32 = 16;
@@ -118,6 +120,9 @@ enum Command {
     /// Cluster membership: status, add, remove.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Load the service with N clients in a closed loop and report ops/s
+    /// and latency percentiles.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -187,9 +192,13 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         connect_timeout: timeout,
         request_timeout: timeout,
     };
-    let client = Client::connect(&cli.servers, options).await?;
+    let client = Client::connect(&cli.servers, options.clone()).await?;
     let out = Output { json: cli.json };
-    let result = execute(&client, cli.command, &out).await;
+    let result = match cli.command {
+        // The bench opens sessions of its own, so it needs the flags too.
+        Command::Bench(args) => bench::run(&client, &cli.servers, options, args, &out).await,
+        command => execute(&client, command, &out).await,
+    };
     // Close even after a failure, so the session (and any ephemeral node)
     // ends now rather than at its timeout. Its own failure matters less
     // than the command's.
@@ -332,6 +341,7 @@ async fn execute(client: &Client, command: Command, out: &Output) -> Result<(), 
             client.remove_member(id).await?;
             Ok(())
         }
+        Command::Bench(_) => unreachable!("run() hands the bench to its module"),
     }
 }
 
