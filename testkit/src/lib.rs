@@ -23,6 +23,8 @@
 //! would wait forever. The same holds when bringing nodes back: see
 //! [`Cluster::restart_many`].
 
+pub mod raw;
+
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write as _};
 use std::net::TcpListener;
