@@ -351,7 +351,7 @@ pub fn write_stat(w: &mut Writer, s: &pb::Stat) {
 }
 
 fn stat_or_zero(s: &Option<pb::Stat>) -> pb::Stat {
-    s.clone().unwrap_or_default()
+    (*s).unwrap_or_default()
 }
 
 /// The reply to `reply` carrying `resp`: (ZooKeeper error code, body).
