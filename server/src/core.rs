@@ -1182,12 +1182,14 @@ impl Machine {
             if !ready {
                 return;
             }
+            let session_id = c.session.unwrap_or(0);
             let slot = c.queue.pop_front().expect("front checked above");
             match slot {
                 Slot::Done(frame) => self.push(conn, frame),
                 Slot::Ping { xid } => self.push(conn, response_frame(xid, applied, Ok(None))),
                 Slot::Read { xid, op, .. } => {
-                    let (result, events) = ops::read(&self.tree, &mut self.watches, conn, &op);
+                    let (result, events) =
+                        ops::read(&self.tree, &mut self.watches, conn, session_id, &op);
                     for e in events {
                         self.push(conn, event_frame(e));
                     }

@@ -147,3 +147,130 @@ fn unknown_opcodes_and_malformed_records_get_zookeeper_errors() {
     w.string("/").boolean(false);
     assert_eq!(zk.call(4, 3, &w.buf), (4, 0));
 }
+
+#[tokio::test]
+async fn ephemerals_counts_check_watches_and_multi_read() {
+    let server = Server::start();
+    let native = Client::connect(server.addr(), ConnectOptions::default())
+        .await
+        .unwrap();
+    native
+        .create("/t", b"data", CreateOptions::default())
+        .await
+        .unwrap();
+    native
+        .create("/t/a", b"", CreateOptions::default())
+        .await
+        .unwrap();
+    native
+        .create("/t/b", b"", CreateOptions::default())
+        .await
+        .unwrap();
+    native
+        .create("/t/b/c", b"", CreateOptions::default())
+        .await
+        .unwrap();
+
+    let mut zk = Jute::connect(server.zk_addr());
+    // create /e1 as EPHEMERAL (flags 1), open ACL.
+    let mut w = Writer::default();
+    w.string("/e1")
+        .buffer(b"")
+        .int(1)
+        .int(31)
+        .string("world")
+        .string("anyone")
+        .int(1);
+    assert_eq!(zk.call(1, 1, &w.buf), (1, 0));
+
+    // getEphemerals("/") lists this session's ephemerals.
+    let mut w = Writer::default();
+    w.string("/");
+    let reply = zk.call_body(2, 103, &w.buf);
+    assert_eq!(
+        Reader::new(&reply).strings("ephemerals").unwrap(),
+        vec!["/e1".to_string()]
+    );
+
+    // getAllChildrenNumber("/t") counts every descendant.
+    let mut w = Writer::default();
+    w.string("/t");
+    let reply = zk.call_body(3, 104, &w.buf);
+    assert_eq!(Reader::new(&reply).int("totalNumber").unwrap(), 3);
+
+    // checkWatches: none yet (NoWatcher -121); after exists(watch) there is one.
+    let mut w = Writer::default();
+    w.string("/t").int(2);
+    assert_eq!(zk.call(4, 17, &w.buf), (4, -121));
+    let mut e = Writer::default();
+    e.string("/t").boolean(true);
+    assert_eq!(zk.call(5, 3, &e.buf), (5, 0));
+    assert_eq!(zk.call(6, 17, &w.buf), (6, 0));
+
+    // multiRead: getData(/t) answered, getChildren(/missing) NoNode.
+    let mut w = Writer::default();
+    w.int(4).boolean(false).int(-1).string("/t").boolean(false);
+    w.int(8)
+        .boolean(false)
+        .int(-1)
+        .string("/missing")
+        .boolean(false);
+    w.int(-1).boolean(true).int(-1);
+    let reply = zk.call_body(7, 22, &w.buf);
+    let mut r = Reader::new(&reply);
+    assert_eq!(
+        (
+            r.int("type").unwrap(),
+            r.boolean("done").unwrap(),
+            r.int("err").unwrap()
+        ),
+        (4, false, 0)
+    );
+    assert_eq!(r.buffer("data").unwrap(), b"data");
+    // Stat: 4 longs, 3 ints, a long, 2 ints, a long.
+    for _ in 0..4 {
+        r.long("stat").unwrap();
+    }
+    let version = r.int("version").unwrap();
+    assert_eq!(version, 0);
+    r.int("cversion").unwrap();
+    r.int("aversion").unwrap();
+    r.long("ephemeralOwner").unwrap();
+    assert_eq!(r.int("dataLength").unwrap(), 4);
+    assert_eq!(r.int("numChildren").unwrap(), 2);
+    r.long("pzxid").unwrap();
+    // The second op failed on its own: an error result with NoNode.
+    assert_eq!(
+        (
+            r.int("type").unwrap(),
+            r.boolean("done").unwrap(),
+            r.int("err").unwrap()
+        ),
+        (-1, false, -101)
+    );
+    assert_eq!(r.int("error").unwrap(), -101);
+    assert_eq!(
+        (
+            r.int("type").unwrap(),
+            r.boolean("done").unwrap(),
+            r.int("err").unwrap()
+        ),
+        (-1, true, -1)
+    );
+}
+
+impl Jute {
+    /// Like `call`, but asserts success and returns the reply body.
+    fn call_body(&mut self, xid: i32, op: i32, body: &[u8]) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.int(xid).int(op);
+        w.buf.extend_from_slice(body);
+        self.send(&w.buf);
+        let reply = self.recv().expect("reply");
+        let mut r = Reader::new(&reply);
+        assert_eq!(r.int("xid").unwrap(), xid);
+        let _ = r.long("zxid").unwrap();
+        assert_eq!(r.int("err").unwrap(), 0, "op {op} failed");
+        reply[16..].to_vec()
+    }
+}

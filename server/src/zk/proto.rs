@@ -23,6 +23,10 @@ pub mod opcode {
     pub const PING: i32 = 11;
     pub const GET_CHILDREN2: i32 = 12;
     pub const CHECK: i32 = 13;
+    pub const CHECK_WATCHES: i32 = 17;
+    pub const MULTI_READ: i32 = 22;
+    pub const GET_EPHEMERALS: i32 = 103;
+    pub const GET_ALL_CHILDREN_NUMBER: i32 = 104;
     pub const MULTI: i32 = 14;
     pub const CREATE2: i32 = 15;
     pub const REMOVE_WATCHES: i32 = 18;
@@ -77,6 +81,7 @@ pub fn zk_code(code: ErrorCode) -> i32 {
 pub enum Reply {
     Plain(i32),
     Multi(Vec<i32>),
+    MultiRead(Vec<i32>),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -272,7 +277,13 @@ pub fn decode_request(op: i32, body: &[u8]) -> Result<(Op, Reply), DecodeError> 
                 mode: mode as i32,
             })
         }
-        opcode::REMOVE_WATCHES => {
+        opcode::GET_EPHEMERALS => Op::GetEphemerals(pb::GetEphemeralsRequest {
+            prefix_path: r.string("prefixPath")?,
+        }),
+        opcode::GET_ALL_CHILDREN_NUMBER => Op::CountDescendants(pb::CountDescendantsRequest {
+            path: r.string("path")?,
+        }),
+        opcode::REMOVE_WATCHES | opcode::CHECK_WATCHES => {
             let path = r.string("path")?;
             // ZooKeeper's WatcherType: Children 1, Data 2, Any 3,
             // Persistent 4, PersistentRecursive 5.
@@ -294,6 +305,7 @@ pub fn decode_request(op: i32, body: &[u8]) -> Result<(Op, Reply), DecodeError> 
             })
         }
         opcode::MULTI => return decode_multi(&mut r),
+        opcode::MULTI_READ => return decode_multi_read(&mut r),
         other => return Err(DecodeError::Unsupported(other)),
     };
     Ok((decoded, Reply::Plain(op)))
@@ -335,6 +347,39 @@ fn decode_multi(r: &mut Reader<'_>) -> Result<(Op, Reply), DecodeError> {
     Ok((Op::Multi(pb::MultiRequest { ops }), Reply::Multi(kinds)))
 }
 
+fn decode_multi_read(r: &mut Reader<'_>) -> Result<(Op, Reply), DecodeError> {
+    let mut ops = Vec::new();
+    let mut kinds = Vec::new();
+    loop {
+        let kind = r.int("multi header type")?;
+        let done = r.boolean("multi header done")?;
+        let _err = r.int("multi header err")?;
+        if done {
+            break;
+        }
+        let (path, watch) = path_watch(r)?;
+        let op = match kind {
+            opcode::GET_DATA => pb::multi_read_op::Op::GetData(pb::GetDataRequest {
+                path,
+                watch,
+                linearizable: false,
+            }),
+            opcode::GET_CHILDREN => pb::multi_read_op::Op::GetChildren(pb::GetChildrenRequest {
+                path,
+                watch,
+                linearizable: false,
+            }),
+            other => return Err(DecodeError::Unsupported(other)),
+        };
+        ops.push(pb::MultiReadOp { op: Some(op) });
+        kinds.push(kind);
+    }
+    Ok((
+        Op::MultiRead(pb::MultiReadRequest { ops }),
+        Reply::MultiRead(kinds),
+    ))
+}
+
 /// ZooKeeper's Stat record.
 pub fn write_stat(w: &mut Writer, s: &pb::Stat) {
     w.long(s.czxid as i64)
@@ -364,6 +409,13 @@ pub fn encode_response(reply: &Reply, resp: &pb::Response) -> (i32, Writer) {
             // error travels in them, not in the reply header.
             if let Some(Res::Multi(m)) = &resp.result {
                 encode_multi(&mut w, kinds, m);
+                return (0, w);
+            }
+            return (zk_code(code), w);
+        }
+        Reply::MultiRead(kinds) => {
+            if let Some(Res::MultiRead(m)) = &resp.result {
+                encode_multi_read(&mut w, kinds, m);
                 return (0, w);
             }
             return (zk_code(code), w);
@@ -410,6 +462,12 @@ pub fn encode_response(reply: &Reply, resp: &pb::Response) -> (i32, Writer) {
         (opcode::SYNC, Some(Res::Sync(s))) => {
             w.string(&s.path);
         }
+        (opcode::GET_EPHEMERALS, Some(Res::GetEphemerals(e))) => {
+            w.strings(&e.paths);
+        }
+        (opcode::GET_ALL_CHILDREN_NUMBER, Some(Res::CountDescendants(c))) => {
+            w.int(c.count.min(i32::MAX as u64) as i32);
+        }
         // delete, ping, close, set/add/remove watches: no body.
         _ => {}
     }
@@ -445,6 +503,30 @@ fn encode_multi(w: &mut Writer, kinds: &[i32], m: &pb::MultiResponse) {
                 write_stat(w, &stat_or_zero(&s.stat));
             }
             _ => {}
+        }
+    }
+    w.int(-1).boolean(true).int(-1);
+}
+
+fn encode_multi_read(w: &mut Writer, kinds: &[i32], m: &pb::MultiReadResponse) {
+    for (i, result) in m.results.iter().enumerate() {
+        let code = ErrorCode::try_from(result.error).unwrap_or(ErrorCode::SystemError);
+        if code != ErrorCode::Ok {
+            let zk = zk_code(code);
+            w.int(opcode::ERROR).boolean(false).int(zk).int(zk);
+            continue;
+        }
+        let kind = kinds.get(i).copied().unwrap_or(opcode::ERROR);
+        w.int(kind).boolean(false).int(0);
+        match &result.result {
+            Some(pb::multi_read_result::Result::GetData(d)) => {
+                w.buffer(&d.data);
+                write_stat(w, &stat_or_zero(&d.stat));
+            }
+            Some(pb::multi_read_result::Result::GetChildren(c)) => {
+                w.strings(&c.children);
+            }
+            None => {}
         }
     }
     w.int(-1).boolean(true).int(-1);
