@@ -166,3 +166,37 @@ fn wait_timeout_exits_3_without_running_the_command() {
     assert_eq!(out.status.code(), Some(1), "released: {out:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn losing_the_lock_stops_the_command_and_exits_4() {
+    let server = WardenServer::start();
+    let locker = Command::new(env!("CARGO_BIN_EXE_wardenctl"))
+        .args(["--servers", &server.addr, "lock", "/locks/lost", "--"])
+        .args(["sleep", "60"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the locker");
+    let mut node = String::new();
+    warden_testkit::wait_until(
+        std::time::Duration::from_secs(20),
+        "the locker holds the lock",
+        || {
+            let out = wardenctl(&server.addr, &["--json", "lock-holder", "/locks/lost"]);
+            let Ok(json) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
+                return false;
+            };
+            node = json["node"].as_str().unwrap_or_default().to_string();
+            out.status.success()
+        },
+    );
+    // Someone else deletes the holder's node: the lock is gone.
+    ok_stdout(&wardenctl(&server.addr, &["delete", &node]));
+    let out = locker.wait_with_output().expect("the locker exits");
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert_eq!(
+        stderr(&out),
+        "error: LockLost: /locks/lost: the lock node was deleted; the command was stopped\n"
+    );
+}

@@ -322,9 +322,10 @@ impl Mutex {
             Ok(true) => {}
             Ok(false) => {
                 // Delete before returning, so that a caller that looks finds
-                // nothing left behind.
-                pending.armed = false;
+                // nothing left behind. If that fails, the drop guard stays
+                // armed and tries again in the background.
                 delete_retrying(&self.shared.client, &node).await?;
+                pending.armed = false;
                 return Ok(None);
             }
             Err(e) => return Err(e),

@@ -218,7 +218,19 @@ async fn acquire_timeout_and_cancellation_leave_no_node_behind() {
         children(&observer, lock).await.len() == 1
     })
     .await;
+
+    // A release within the timeout is a grant.
+    let c = Mutex::new(connect(server.addr()).await, lock).unwrap();
+    let waiting = tokio::spawn(async move { c.acquire_timeout(WAIT).await });
+    eventually("the third waiter is in line", || async {
+        children(&observer, lock).await.len() == 2
+    })
+    .await;
+    let held_token = held.fencing_token();
     held.release().await.unwrap();
+    let granted = waiting.await.unwrap().unwrap().expect("granted in time");
+    assert!(granted.fencing_token() > held_token);
+    granted.release().await.unwrap();
 }
 
 #[tokio::test]
