@@ -395,3 +395,140 @@ fn tempfile_dir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).expect("create temp dir");
     dir
 }
+
+/// A TCP proxy between a client and the server that can lose the answer to
+/// one request: it forwards the request, swallows the server's reply and
+/// cuts the connection. That is the case protected creation is for: the
+/// create was applied, the client only sees `ConnectionLoss`.
+struct LossyProxy {
+    addr: String,
+    state: Arc<ProxyState>,
+}
+
+#[derive(Default)]
+struct ProxyState {
+    /// Set: the next client frame is forwarded, its answer swallowed.
+    arm: AtomicBool,
+    /// Set while an answer is to be swallowed.
+    swallow: AtomicBool,
+    /// Answers swallowed so far.
+    cuts: std::sync::atomic::AtomicU32,
+}
+
+impl LossyProxy {
+    async fn start(upstream: &str) -> LossyProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let state = Arc::new(ProxyState::default());
+        let upstream = upstream.to_string();
+        let shared = state.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                tokio::spawn(proxy_conn(client, upstream.clone(), shared.clone()));
+            }
+        });
+        LossyProxy { addr, state }
+    }
+
+    fn lose_the_answer_to_the_next_request(&self) {
+        self.state.arm.store(true, Ordering::SeqCst);
+    }
+
+    fn cuts(&self) -> u32 {
+        self.state.cuts.load(Ordering::SeqCst)
+    }
+}
+
+/// One length-prefixed frame (u32 big-endian length, then the body), raw.
+async fn read_frame(r: &mut (impl tokio::io::AsyncRead + Unpin)) -> std::io::Result<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len).await?;
+    let mut frame = len.to_vec();
+    frame.resize(4 + u32::from_be_bytes(len) as usize, 0);
+    r.read_exact(&mut frame[4..]).await?;
+    Ok(frame)
+}
+
+async fn proxy_conn(client: tokio::net::TcpStream, upstream: String, state: Arc<ProxyState>) {
+    let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+        return;
+    };
+    let (mut cr, mut cw) = client.into_split();
+    let (mut sr, mut sw) = server.into_split();
+    // Whichever side ends, both sockets close when this returns.
+    tokio::select! {
+        _ = requests(&mut cr, &mut sw, &state) => {}
+        _ = answers(&mut sr, &mut cw, &state) => {}
+    }
+}
+
+/// Client to server; arms the swallow after forwarding an armed request.
+async fn requests(
+    from: &mut tokio::net::tcp::OwnedReadHalf,
+    to: &mut tokio::net::tcp::OwnedWriteHalf,
+    state: &ProxyState,
+) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    loop {
+        let frame = read_frame(from).await?;
+        let armed = state.arm.swap(false, Ordering::SeqCst);
+        to.write_all(&frame).await?;
+        if armed {
+            state.swallow.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Server to client; returns (cutting the connection) instead of
+/// forwarding a swallowed answer.
+async fn answers(
+    from: &mut tokio::net::tcp::OwnedReadHalf,
+    to: &mut tokio::net::tcp::OwnedWriteHalf,
+    state: &ProxyState,
+) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    loop {
+        let frame = read_frame(from).await?;
+        if state.swallow.swap(false, Ordering::SeqCst) {
+            state.cuts.fetch_add(1, Ordering::SeqCst);
+            return Ok(());
+        }
+        to.write_all(&frame).await?;
+    }
+}
+
+/// The create's answer is lost but the create was applied: the contender
+/// finds its own node by its id instead of creating a second one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_whose_answer_is_lost_is_adopted_not_repeated() {
+    let server = Server::start();
+    let lock = "/locks/protected";
+    let admin = connect(server.addr()).await;
+    // Persistent, so that the first request the mutex sends is its create.
+    for p in ["/locks", lock] {
+        admin
+            .create(p, b"", warden_client::CreateOptions::persistent())
+            .await
+            .unwrap();
+    }
+    let proxy = LossyProxy::start(server.addr()).await;
+    let options = ConnectOptions {
+        // Long, so that no heartbeat slips in before the create.
+        session_timeout: Duration::from_secs(30),
+        ..ConnectOptions::default()
+    };
+    let client = Client::connect(&proxy.addr, options).await.unwrap();
+    let mutex = Mutex::new(client.clone(), lock).unwrap();
+    proxy.lose_the_answer_to_the_next_request();
+    let guard = timeout(WAIT, mutex.acquire())
+        .await
+        .expect("granted in time")
+        .expect("acquire survives the lost answer");
+    assert_eq!(proxy.cuts(), 1, "the create's answer was lost");
+    let nodes = children(&admin, lock).await;
+    assert_eq!(nodes.len(), 1, "no orphan, no duplicate: {nodes:?}");
+    assert_eq!(format!("{lock}/{}", nodes[0]), guard.node_path());
+    guard.release().await.unwrap();
+    assert!(children(&admin, lock).await.is_empty());
+}
