@@ -1,6 +1,23 @@
 //! [`Mutex`]: a distributed, re-entrant lock with fencing tokens
 //! (the semantics of Curator's `InterProcessMutex`).
 //!
+//! ```no_run
+//! use std::time::Duration;
+//! use warden_client::{Client, ConnectOptions};
+//! use warden_recipes::Mutex;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = Client::connect("127.0.0.1:7000", ConnectOptions::default()).await?;
+//! let lock = Mutex::new(client, "/locks/backup")?;
+//! if let Some(guard) = lock.acquire_timeout(Duration::from_secs(5)).await? {
+//!     let token = guard.fencing_token(); // send it with every write
+//!     let lost = guard.lost(); // resolves if the lock is lost meanwhile
+//!     # let _ = (token, lost);
+//!     guard.release().await?; // dropping the guard releases too
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! # How it works
 //!
 //! The lock is a container node (`/locks/payments`, say). Each contender
