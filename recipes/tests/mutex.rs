@@ -1,7 +1,9 @@
 //! The [`Mutex`] recipe against real `warden` processes: mutual exclusion,
 //! increasing fencing tokens, no herd effect, timeouts and cancellation
 //! that leave nothing behind, re-entrancy, and losing the lock (node
-//! deleted, holder's session expired).
+//! deleted, holder's session closed, holder SIGKILLed, holder partitioned).
+//! Two tests put a small TCP proxy ([`LossyProxy`]) between a client and
+//! the server, to lose one answer or to cut the client off.
 //!
 //! Every contender has its own [`Client`] (its own session), as separate
 //! processes would.
@@ -413,6 +415,8 @@ struct ProxyState {
     swallow: AtomicBool,
     /// Answers swallowed so far.
     cuts: std::sync::atomic::AtomicU32,
+    /// Set: every connection is cut and new ones are refused (a partition).
+    partitioned: AtomicBool,
 }
 
 impl LossyProxy {
@@ -424,6 +428,9 @@ impl LossyProxy {
         let shared = state.clone();
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                if shared.partitioned.load(Ordering::SeqCst) {
+                    continue; // Dropped: closed at once.
+                }
                 tokio::spawn(proxy_conn(client, upstream.clone(), shared.clone()));
             }
         });
@@ -432,6 +439,10 @@ impl LossyProxy {
 
     fn lose_the_answer_to_the_next_request(&self) {
         self.state.arm.store(true, Ordering::SeqCst);
+    }
+
+    fn partition(&self) {
+        self.state.partitioned.store(true, Ordering::SeqCst);
     }
 
     fn cuts(&self) -> u32 {
@@ -460,6 +471,14 @@ async fn proxy_conn(client: tokio::net::TcpStream, upstream: String, state: Arc<
     tokio::select! {
         _ = requests(&mut cr, &mut sw, &state) => {}
         _ = answers(&mut sr, &mut cw, &state) => {}
+        _ = partitioned(&state) => {}
+    }
+}
+
+/// Resolves once the proxy is partitioned (for as long as that takes).
+async fn partitioned(state: &ProxyState) {
+    while !state.partitioned.load(Ordering::SeqCst) {
+        tokio::time::sleep(POLL).await;
     }
 }
 
@@ -531,4 +550,37 @@ async fn a_create_whose_answer_is_lost_is_adopted_not_repeated() {
     assert_eq!(format!("{lock}/{}", nodes[0]), guard.node_path());
     guard.release().await.unwrap();
     assert!(children(&admin, lock).await.is_empty());
+}
+
+/// A holder cut off from the service (as good as paused) loses the lock
+/// after its session timeout: its `lost()` says the session expired, and
+/// the waiter is granted with a larger token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_holder_loses_the_lock_after_its_session_timeout() {
+    let server = Server::start();
+    let lock = "/locks/partitioned";
+    let proxy = LossyProxy::start(server.addr()).await;
+    let options = ConnectOptions {
+        session_timeout: Duration::from_millis(1_000),
+        ..ConnectOptions::default()
+    };
+    let holder_client = Client::connect(&proxy.addr, options).await.unwrap();
+    let holder = Mutex::new(holder_client, lock).unwrap();
+    let guard = holder.acquire().await.unwrap();
+    let lost = tokio::spawn(guard.lost());
+
+    let waiter = Mutex::new(connect(server.addr()).await, lock).unwrap();
+    let acquiring = tokio::spawn(async move { waiter.acquire().await });
+    proxy.partition();
+
+    let reason = timeout(WAIT, lost).await.expect("lost() resolves").unwrap();
+    assert_eq!(reason, LockLost::SessionExpired);
+    let granted = timeout(WAIT, acquiring)
+        .await
+        .expect("the waiter is granted after the holder's session timeout")
+        .unwrap()
+        .unwrap();
+    assert!(granted.fencing_token() > guard.fencing_token());
+    granted.release().await.unwrap();
+    drop(guard);
 }
