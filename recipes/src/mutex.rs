@@ -97,7 +97,14 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// between the listing and the stat.
 const HOLDER_READS_MAX: u32 = 16;
 
-/// A distributed re-entrant mutex. See the [module docs](self).
+/// A distributed, re-entrant mutex with fencing tokens.
+///
+/// Contenders queue as ephemeral-sequential children of the lock's path;
+/// the lowest holds, each waiter watches only its predecessor. A handle is
+/// one owner: acquiring again through a handle that holds the lock counts,
+/// and the last release deletes the node; a clone is a separate contender.
+/// A waiter that times out or is cancelled leaves no node behind. (The
+/// design, at length, is in the comment atop `recipes/src/mutex.rs`.)
 #[derive(Debug)]
 pub struct Mutex {
     shared: Arc<Shared>,
