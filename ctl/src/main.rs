@@ -19,6 +19,8 @@ use serde::Serialize;
 use warden_client::{Client, ConnectOptions, CreateOptions, ErrorCode, Stat, WatchEvent};
 use warden_protocol::path;
 
+mod lock;
+
 /// How many times `rmr` re-lists a node that gained a child while it was
 /// being emptied, before giving up with `NotEmpty`.
 const RMR_NOT_EMPTY_RETRIES_MAX: u32 = 16;
@@ -118,6 +120,12 @@ enum Command {
     /// Cluster membership: status, add, remove.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Run COMMAND while holding the lock NAME (fencing token in
+    /// $WARDEN_FENCING_TOKEN); exit with its exit code, 3 if --wait ran
+    /// out, 4 if the lock was lost while it ran.
+    Lock(lock::LockArgs),
+    /// Print who holds the lock NAME; exit 1 (printing nothing) if free.
+    LockHolder(lock::HolderArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -145,6 +153,9 @@ enum Failure {
     Warden(#[from] warden_client::Error),
     #[error("writing output: {0}")]
     Io(#[from] io::Error),
+    /// Exit with `code`, printing `error: {message}` unless it is empty.
+    #[error("{message}")]
+    Exit { code: u8, message: String },
 }
 
 fn main() -> ExitCode {
@@ -164,6 +175,12 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // `wardenctl tree | head`: the reader went away; not our failure.
         Err(Failure::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(Failure::Exit { code, message }) => {
+            if !message.is_empty() {
+                eprintln!("error: {message}");
+            }
+            ExitCode::from(code)
+        }
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
@@ -183,7 +200,7 @@ fn init_tracing() {
 async fn run(cli: Cli) -> Result<(), Failure> {
     let timeout = Duration::from_millis(cli.timeout_ms);
     let options = ConnectOptions {
-        session_timeout: SESSION_TIMEOUT,
+        session_timeout: lock::session_timeout(&cli.command).unwrap_or(SESSION_TIMEOUT),
         connect_timeout: timeout,
         request_timeout: timeout,
     };
@@ -332,6 +349,8 @@ async fn execute(client: &Client, command: Command, out: &Output) -> Result<(), 
             client.remove_member(id).await?;
             Ok(())
         }
+        Command::Lock(args) => lock::lock(client, args).await,
+        Command::LockHolder(args) => lock::holder(client, args, out).await,
     }
 }
 

@@ -8,5 +8,9 @@
 //! node that won it: strictly increasing across grants of the same lock.
 
 mod error;
+mod fenced;
+mod mutex;
 
 pub use error::{Error, Result};
+pub use fenced::{FencedResource, Stale};
+pub use mutex::{Holder, LockLost, Mutex, MutexGuard};
