@@ -10,3 +10,9 @@
 mod error;
 
 pub use error::{Error, Result};
+
+mod election;
+mod lease;
+
+pub use election::{LeaderElection, LeaderInfo, Leadership};
+pub use lease::{Lease, LeaseLock};
