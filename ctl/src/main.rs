@@ -19,6 +19,8 @@ use serde::Serialize;
 use warden_client::{Client, ConnectOptions, CreateOptions, ErrorCode, Stat, WatchEvent};
 use warden_protocol::path;
 
+mod elect;
+
 /// How many times `rmr` re-lists a node that gained a child while it was
 /// being emptied, before giving up with `NotEmpty`.
 const RMR_NOT_EMPTY_RETRIES_MAX: u32 = 16;
@@ -118,6 +120,10 @@ enum Command {
     /// Cluster membership: status, add, remove.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Campaign in election NAME as ID; print `leader ID token=N` on
+    /// winning, hold until Ctrl-C/SIGTERM, then resign. Exits non-zero if
+    /// leadership is lost.
+    Elect(elect::ElectArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -288,6 +294,7 @@ async fn execute(client: &Client, command: Command, out: &Output) -> Result<(), 
             })
         }
         Command::Watch { recursive, path } => watch(client, &path, recursive, out).await,
+        Command::Elect(args) => elect::run(client, args, out).await,
         Command::Cluster(ClusterCommand::Status) => {
             let status = client.cluster_status().await?;
             if out.json {
