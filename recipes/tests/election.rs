@@ -229,3 +229,21 @@ async fn leadership_passes_on_when_the_leaders_server_dies() {
     assert!(next.token > leader.token);
     assert!(won.try_recv().is_err(), "two leaders at once");
 }
+
+#[tokio::test]
+async fn a_dropped_campaign_withdraws_the_candidate() {
+    let server = Server::start();
+    let observer = connect(server.addr()).await;
+    let client = connect(server.addr()).await;
+    let leader = LeaderElection::new(client.clone(), PATH, "a")
+        .campaign()
+        .await
+        .unwrap();
+    let waiting =
+        tokio::spawn(async move { LeaderElection::new(client, PATH, "b").campaign().await });
+    wait_for_candidates(&observer, 2).await;
+    waiting.abort();
+    // Same session, so only the recipe can have removed it.
+    wait_for_candidates(&observer, 1).await;
+    leader.resign().await.unwrap();
+}

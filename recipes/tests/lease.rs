@@ -268,3 +268,27 @@ async fn bad_arguments_are_refused_without_a_round_trip() {
         assert!(matches!(err, Error::BadArguments(_)), "{err}");
     }
 }
+
+#[tokio::test]
+async fn a_dropped_acquire_removes_its_waiter_node() {
+    let server = Server::start();
+    let observer = connect(&server).await;
+    let leases = LeaseLock::new(connect(&server).await, ROOT);
+    let lease = leases
+        .acquire("d", "w1", TTL_LONG, Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+    let waiting = {
+        let leases = leases.clone();
+        tokio::spawn(async move { leases.acquire("d", "w2", TTL_LONG, DEADLINE).await })
+    };
+    wait_for_children(&observer, "/leases/d", 2).await;
+    waiting.abort();
+    // Long before its TTL, the waiter's node is gone.
+    wait_for_children(&observer, "/leases/d", 1).await;
+    leases
+        .release("d", "w1", lease.fencing_token)
+        .await
+        .unwrap();
+}
