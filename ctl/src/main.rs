@@ -19,6 +19,7 @@ use serde::Serialize;
 use warden_client::{Client, ConnectOptions, CreateOptions, ErrorCode, Stat, WatchEvent};
 use warden_protocol::path;
 
+mod elect;
 mod lock;
 
 /// How many times `rmr` re-lists a node that gained a child while it was
@@ -126,6 +127,10 @@ enum Command {
     Lock(lock::LockArgs),
     /// Print who holds the lock NAME; exit 1 (printing nothing) if free.
     LockHolder(lock::HolderArgs),
+    /// Campaign in election NAME as ID; print `leader ID token=N` on
+    /// winning, hold until Ctrl-C/SIGTERM, then resign. Exits non-zero if
+    /// leadership is lost.
+    Elect(elect::ElectArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -305,6 +310,7 @@ async fn execute(client: &Client, command: Command, out: &Output) -> Result<(), 
             })
         }
         Command::Watch { recursive, path } => watch(client, &path, recursive, out).await,
+        Command::Elect(args) => elect::run(client, args, out).await,
         Command::Cluster(ClusterCommand::Status) => {
             let status = client.cluster_status().await?;
             if out.json {

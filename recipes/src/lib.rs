@@ -14,3 +14,9 @@ mod mutex;
 pub use error::{Error, Result};
 pub use fenced::{FencedResource, Stale};
 pub use mutex::{Holder, LockLost, Mutex, MutexGuard};
+
+mod election;
+mod lease;
+
+pub use election::{LeaderElection, LeaderInfo, Leadership};
+pub use lease::{Lease, LeaseLock};
