@@ -7,6 +7,13 @@
 //! its predecessor only. The fencing token of a grant is the czxid of the
 //! node that won it: strictly increasing across grants of the same lock.
 
+mod barrier;
+mod contender;
 mod error;
+mod rwlock;
+mod semaphore;
 
+pub use barrier::{DoubleBarrier, READY_NODE};
 pub use error::{Error, Result};
+pub use rwlock::{ReadWriteLock, RwLockGuard, RwLockHandle, RwLockMode, READ_KIND, WRITE_KIND};
+pub use semaphore::{Lease, Semaphore, LEASE_KIND};
