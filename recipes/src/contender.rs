@@ -151,12 +151,22 @@ pub async fn create_contender(
                 retries += 1;
                 ensure_container(client, dir, container_data).await?;
             }
-            Err(e) if e.is_retryable() && retries < RETRIES_MAX => {
-                tokio::time::sleep(retry_pause(retries)).await;
-                retries += 1;
-                // The create may have been applied: look for our id.
-                if let Ok(Some(found)) = find_own(client, dir, &own_prefix).await {
-                    return Ok(found);
+            Err(e) if e.is_retryable() => {
+                // The create may have been applied: look for our id, and
+                // create again only once we know it was not (a second node
+                // would be an orphan that blocks the queue).
+                loop {
+                    if retries >= RETRIES_MAX {
+                        return Err(e.into());
+                    }
+                    tokio::time::sleep(retry_pause(retries)).await;
+                    retries += 1;
+                    match find_own(client, dir, &own_prefix).await {
+                        Ok(Some(found)) => return Ok(found),
+                        Ok(None) => break,
+                        Err(Error::Client(e)) if e.is_retryable() => continue,
+                        Err(e) => return Err(e),
+                    }
                 }
             }
             Err(e) => return Err(e.into()),
