@@ -290,3 +290,47 @@ async fn a_holder_whose_session_closes_frees_the_lock() {
         .expect("task")
         .expect("read lock");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contenders_on_different_nodes_of_a_cluster_exclude_each_other() {
+    const ROUNDS: usize = 4;
+    let cluster = warden_testkit::Cluster::start(3);
+    let readers_in = Arc::new(AtomicUsize::new(0));
+    let writers_in = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    // A writer and a reader on every node.
+    for node in cluster.node_ids() {
+        for writer in [true, false] {
+            let client = connect(cluster.addr(node)).await;
+            let (readers_in, writers_in) = (readers_in.clone(), writers_in.clone());
+            tasks.push(tokio::spawn(async move {
+                let lock = ReadWriteLock::new(client, "/rw/cluster");
+                for _ in 0..ROUNDS {
+                    if writer {
+                        let guard = lock.write_lock().acquire().await.expect("write lock");
+                        assert_eq!(writers_in.fetch_add(1, Ordering::SeqCst), 0, "two writers");
+                        assert_eq!(readers_in.load(Ordering::SeqCst), 0, "reader with writer");
+                        tokio::task::yield_now().await;
+                        assert_eq!(readers_in.load(Ordering::SeqCst), 0, "reader with writer");
+                        writers_in.fetch_sub(1, Ordering::SeqCst);
+                        guard.release().await.expect("release");
+                    } else {
+                        let guard = lock.read_lock().acquire().await.expect("read lock");
+                        readers_in.fetch_add(1, Ordering::SeqCst);
+                        assert_eq!(writers_in.load(Ordering::SeqCst), 0, "writer with reader");
+                        tokio::task::yield_now().await;
+                        assert_eq!(writers_in.load(Ordering::SeqCst), 0, "writer with reader");
+                        readers_in.fetch_sub(1, Ordering::SeqCst);
+                        guard.release().await.expect("release");
+                    }
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        tokio::time::timeout(DEADLINE, task)
+            .await
+            .expect("contender done")
+            .expect("contender task");
+    }
+}
