@@ -44,8 +44,11 @@ pub(crate) const PROTECTED_PREFIX: &str = "_c_";
 pub(crate) const SEQUENCE_DIGITS: usize = 10;
 
 /// Attempts at one operation that failed with a retryable error
-/// (`ConnectionLoss`, `OperationTimeout`, ...) before giving up.
-pub(crate) const RETRIES_MAX: u32 = 8;
+/// (`ConnectionLoss`, `OperationTimeout`, ...) before giving up. With the
+/// pauses below that is about 8 s of retrying: long enough to ride out a
+/// leader election and a reconnect, and close to the default session
+/// timeout (10 s), past which the session is likely gone anyway.
+pub(crate) const RETRIES_MAX: u32 = 20;
 
 /// First pause between retries; doubled each time up to
 /// [`RETRY_PAUSE_MAX`].

@@ -215,3 +215,62 @@ async fn waiters_are_served_in_order_of_arrival() {
             .expect("waiter task");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_bound_holds_across_a_leader_kill() {
+    const MAX: u32 = 2;
+    const CONTENDERS: usize = 5;
+    /// Rounds each contender runs before the kill, and again after it.
+    const ROUNDS_PER_PHASE: usize = 3;
+    /// Time for everyone to finish, failover included.
+    const FAILOVER_DEADLINE: Duration = Duration::from_secs(60);
+    let mut cluster = warden_testkit::Cluster::start(3);
+    let servers = cluster.servers();
+    let holding = Arc::new(AtomicUsize::new(0));
+    let rounds_done = Arc::new(AtomicUsize::new(0));
+    let (killed, killed_signal) = tokio::sync::watch::channel(false);
+    let mut tasks = Vec::new();
+    for _ in 0..CONTENDERS {
+        // Every client may use any node, so it can move off a dead one.
+        let client = connect(&servers).await;
+        let (holding, rounds_done) = (holding.clone(), rounds_done.clone());
+        let mut killed_signal = killed_signal.clone();
+        tasks.push(tokio::spawn(async move {
+            let semaphore = Semaphore::new(client.clone(), "/sem/failover", MAX);
+            for round in 0..2 * ROUNDS_PER_PHASE {
+                if round == ROUNDS_PER_PHASE {
+                    killed_signal.wait_for(|k| *k).await.expect("signal");
+                }
+                let lease = semaphore.acquire().await.expect("lease");
+                let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
+                assert!(now <= MAX as usize, "{now} holders at once");
+                // A round trip while holding (it may meet the failover).
+                let _ = client.exists("/sem").await;
+                assert!(holding.load(Ordering::SeqCst) <= MAX as usize);
+                holding.fetch_sub(1, Ordering::SeqCst);
+                lease.release().await.expect("release");
+                rounds_done.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    wait_for("the first phase", || async {
+        rounds_done.load(Ordering::SeqCst) == CONTENDERS * ROUNDS_PER_PHASE
+    })
+    .await;
+    let admin = connect(&servers).await;
+    let leader = admin.cluster_status().await.expect("status").leader_id;
+    let leader = usize::try_from(leader).expect("node id");
+    assert!(cluster.node_ids().contains(&leader), "leader {leader}");
+    cluster.kill9(leader);
+    killed.send(true).expect("contenders waiting");
+    for task in tasks {
+        tokio::time::timeout(FAILOVER_DEADLINE, task)
+            .await
+            .expect("contender done")
+            .expect("contender task");
+    }
+    assert_eq!(
+        rounds_done.load(Ordering::SeqCst),
+        2 * CONTENDERS * ROUNDS_PER_PHASE
+    );
+}
