@@ -16,6 +16,10 @@
 //! the retry would leave an orphan node in the queue that nobody watches
 //! and that blocks everyone behind it until the session ends.
 //!
+//! The same lookup cleans up after a caller that gave up (dropped its
+//! future) while a create was in flight: the create may still land, and a
+//! background task finds the node by id and deletes it.
+//!
 //! Order is by `<seq>` alone (the id in front would scramble a plain
 //! string sort), see [`sequence_of`].
 //!
@@ -140,6 +144,15 @@ pub async fn create_contender(
     let id = format!("{:032x}", rand::random::<u128>());
     let own_prefix = format!("{PROTECTED_PREFIX}{id}-");
     let requested = format!("{dir}/{own_prefix}{kind}");
+    // If the caller drops us while a create is in flight, the node may
+    // appear with nobody to own it: the guard then finds it by id and
+    // deletes it in the background.
+    let mut pending = PendingCreate {
+        client: client.clone(),
+        dir: dir.to_string(),
+        own_prefix: own_prefix.clone(),
+        settled: false,
+    };
     let mut retries = 0;
     loop {
         match client
@@ -147,6 +160,7 @@ pub async fn create_contender(
             .await
         {
             Ok((path, stat)) => {
+                pending.settled = true;
                 let name = path.rsplit('/').next().unwrap_or_default().to_string();
                 return Ok(Contender { path, name, stat });
             }
@@ -165,7 +179,10 @@ pub async fn create_contender(
                     tokio::time::sleep(retry_pause(retries)).await;
                     retries += 1;
                     match find_own(client, dir, &own_prefix).await {
-                        Ok(Some(found)) => return Ok(found),
+                        Ok(Some(found)) => {
+                            pending.settled = true;
+                            return Ok(found);
+                        }
                         Ok(None) => break,
                         Err(Error::Client(e)) if e.is_retryable() => continue,
                         Err(e) => return Err(e),
@@ -174,6 +191,45 @@ pub async fn create_contender(
             }
             Err(e) => return Err(e.into()),
         }
+    }
+}
+
+/// Cleans up after a [`create_contender`] that was dropped, or failed,
+/// while a create may have been applied unseen.
+struct PendingCreate {
+    client: Client,
+    dir: String,
+    own_prefix: String,
+    /// The node was handed to the caller (who owns it now).
+    settled: bool,
+}
+
+impl Drop for PendingCreate {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let client = self.client.clone();
+        let dir = std::mem::take(&mut self.dir);
+        let own_prefix = std::mem::take(&mut self.own_prefix);
+        runtime.spawn(async move {
+            for attempt in 0..RETRIES_MAX {
+                match find_own(&client, &dir, &own_prefix).await {
+                    Ok(Some(orphan)) => {
+                        let _ = delete_node(&client, &orphan.path).await;
+                        return;
+                    }
+                    Ok(None) => return,
+                    Err(Error::Client(e)) if e.is_retryable() => {
+                        tokio::time::sleep(retry_pause(attempt)).await;
+                    }
+                    Err(_) => return,
+                }
+            }
+        });
     }
 }
 
