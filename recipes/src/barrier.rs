@@ -31,6 +31,10 @@
 //!
 //! A member whose session ends loses its node: during `enter` it no longer
 //! counts; during `leave` it counts as having left.
+//!
+//! One round at a time: a member that enters while `ready` is still there
+//! from a round whose members have not all left passes at once, as in
+//! Curator. Wait for `leave` to return everywhere before the next round.
 
 use std::time::Duration;
 

@@ -26,7 +26,10 @@
 //! change fires its successor's exists-watch, and the successor, now
 //! first waiter, moves its watch to the children list. A successor that
 //! sets its watch after that write sees the node's version above 0 and
-//! looks again at once instead of waiting.
+//! looks again at once instead of waiting. The price: a contender that is
+//! promoted and then stalls before writing the mark (a long network
+//! partition) holds up the waiter behind it until it writes it or its
+//! session ends, even if more leases have come free meanwhile.
 //!
 //! # Agreeing on `max_leases`
 //!
