@@ -5,48 +5,20 @@
 //! still missing, when passing is impossible, not by timing; every wait
 //! has a deadline and fails the test if the condition does not come.
 
-use std::future::Future;
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{connect, wait_for, DEADLINE};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
-use warden_client::{Client, ConnectOptions, ErrorCode};
+use warden_client::{Client, ErrorCode};
 use warden_recipes::{DoubleBarrier, READY_NODE};
 use warden_testkit::{Cluster, Server};
 
-/// Longest wait for anything that must happen.
-const DEADLINE: Duration = Duration::from_secs(20);
-
 /// A wait that is meant to run out (a member is missing throughout).
 const SHORT_TIMEOUT: Duration = Duration::from_millis(300);
-
-async fn connect(addr: &str) -> Client {
-    let options = ConnectOptions {
-        session_timeout: Duration::from_secs(10),
-        connect_timeout: Duration::from_secs(5),
-        request_timeout: Duration::from_secs(10),
-    };
-    Client::connect(addr, options)
-        .await
-        .unwrap_or_else(|e| panic!("connect to {addr}: {e}"))
-}
-
-/// Polls `cond` until it holds; panics naming `what` after [`DEADLINE`].
-async fn wait_for<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + DEADLINE;
-    let mut pause = Duration::from_millis(5);
-    while !cond().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(100));
-    }
-}
 
 /// The member nodes under `path` (without `ready`).
 async fn members(client: &Client, path: &str) -> Vec<String> {
