@@ -240,19 +240,13 @@ impl Worker {
             Workload::CreateDelete => {}
             Workload::Lock => {
                 let dir = path::join(&plan.root, &format!("lock{i}"));
-                lock = Some(
-                    BenchLock::new(client.clone(), &dir)
-                        .await
-                        .map_err(|e| lock_failure(e, &dir))?,
-                );
+                lock =
+                    Some(BenchLock::new(client.clone(), &dir).map_err(|e| lock_failure(e, &dir))?);
             }
             Workload::LockContended => {
                 let dir = path::join(&plan.root, "lock");
-                lock = Some(
-                    BenchLock::new(client.clone(), &dir)
-                        .await
-                        .map_err(|e| lock_failure(e, &dir))?,
-                );
+                lock =
+                    Some(BenchLock::new(client.clone(), &dir).map_err(|e| lock_failure(e, &dir))?);
             }
         }
         Ok(Worker {
@@ -337,72 +331,25 @@ impl Worker {
     }
 }
 
-/// The lock the lock workloads take and give back, behind the two calls the
-/// bench needs, so that it can be swapped for the recipes' `Mutex`.
+/// The lock the lock workloads take and give back: the recipes' [`Mutex`]
+/// (ephemeral-sequential contenders, each waiting on its predecessor).
 ///
-/// Written on the client API: the classic recipe. A contender creates an
-/// ephemeral-sequential node under the lock's directory; the lowest holds
-/// the lock; every other waits for its predecessor's node to go, then looks
-/// again. Releasing deletes the node.
+/// [`Mutex`]: warden_recipes::Mutex
 struct BenchLock {
-    client: Client,
-    dir: String,
+    mutex: warden_recipes::Mutex,
 }
 
 impl BenchLock {
-    /// Makes the lock's directory if it is not there yet.
-    async fn new(client: Client, dir: &str) -> Result<BenchLock, warden_recipes::Error> {
-        let dir = dir.to_string();
-        match client.create(&dir, b"", CreateOptions::default()).await {
-            Ok(_) => {}
-            Err(e) if e.code() == ErrorCode::NodeExists => {}
-            Err(e) => return Err(e.into()),
-        }
-        Ok(BenchLock { client, dir })
+    /// The lock whose container node is `dir` (made by the first acquire;
+    /// nothing is sent yet).
+    fn new(client: Client, dir: &str) -> Result<BenchLock, warden_recipes::Error> {
+        Ok(BenchLock {
+            mutex: warden_recipes::Mutex::new(client, dir)?,
+        })
     }
 
     async fn acquire_release(&self) -> Result<(), warden_recipes::Error> {
-        let prefix = path::join(&self.dir, "lock-");
-        let options = CreateOptions {
-            ephemeral: true,
-            sequential: true,
-            ..CreateOptions::default()
-        };
-        let (mine, _) = self.client.create(&prefix, b"", options).await?;
-        let held = self.wait_until_lowest(&mine).await;
-        // Give the node back even if waiting failed, so that a failure does
-        // not block every other contender until the session ends.
-        let released = self.client.delete(&mine, None).await;
-        held?;
-        released?;
-        Ok(())
-    }
-
-    /// Waits until `mine` is the lowest node in the directory.
-    async fn wait_until_lowest(&self, mine: &str) -> Result<(), warden_recipes::Error> {
-        let my_name = path::name(mine);
-        loop {
-            let (mut children, _) = self.client.get_children(&self.dir).await?;
-            // The 10-digit suffixes sort as numbers; the prefix is shared.
-            children.sort_unstable();
-            let predecessor = children
-                .iter()
-                .take_while(|name| name.as_str() < my_name)
-                .last();
-            let Some(predecessor) = predecessor else {
-                if children.iter().any(|name| name == my_name) {
-                    return Ok(());
-                }
-                return Err(warden_recipes::Error::Corrupt(format!(
-                    "{mine}: the lock's own node is gone"
-                )));
-            };
-            let predecessor = path::join(&self.dir, predecessor);
-            let (stat, gone) = self.client.exists_watch(&predecessor).await?;
-            if stat.is_some() {
-                gone.await?;
-            }
-        }
+        self.mutex.acquire().await?.release().await
     }
 }
 

@@ -20,6 +20,8 @@ use warden_client::{Client, ConnectOptions, CreateOptions, ErrorCode, Stat, Watc
 use warden_protocol::path;
 
 mod bench;
+mod elect;
+mod lock;
 
 /// How many times `rmr` re-lists a node that gained a child while it was
 /// being emptied, before giving up with `NotEmpty`.
@@ -123,6 +125,16 @@ enum Command {
     /// Load the service with N clients in a closed loop and report ops/s
     /// and latency percentiles.
     Bench(bench::BenchArgs),
+    /// Run COMMAND while holding the lock NAME (fencing token in
+    /// $WARDEN_FENCING_TOKEN); exit with its exit code, 3 if --wait ran
+    /// out, 4 if the lock was lost while it ran.
+    Lock(lock::LockArgs),
+    /// Print who holds the lock NAME; exit 1 (printing nothing) if free.
+    LockHolder(lock::HolderArgs),
+    /// Campaign in election NAME as ID; print `leader ID token=N` on
+    /// winning, hold until Ctrl-C/SIGTERM, then resign. Exits non-zero if
+    /// leadership is lost.
+    Elect(elect::ElectArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -150,6 +162,9 @@ enum Failure {
     Warden(#[from] warden_client::Error),
     #[error("writing output: {0}")]
     Io(#[from] io::Error),
+    /// Exit with `code`, printing `error: {message}` unless it is empty.
+    #[error("{message}")]
+    Exit { code: u8, message: String },
 }
 
 fn main() -> ExitCode {
@@ -169,6 +184,12 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // `wardenctl tree | head`: the reader went away; not our failure.
         Err(Failure::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(Failure::Exit { code, message }) => {
+            if !message.is_empty() {
+                eprintln!("error: {message}");
+            }
+            ExitCode::from(code)
+        }
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
@@ -188,7 +209,7 @@ fn init_tracing() {
 async fn run(cli: Cli) -> Result<(), Failure> {
     let timeout = Duration::from_millis(cli.timeout_ms);
     let options = ConnectOptions {
-        session_timeout: SESSION_TIMEOUT,
+        session_timeout: lock::session_timeout(&cli.command).unwrap_or(SESSION_TIMEOUT),
         connect_timeout: timeout,
         request_timeout: timeout,
     };
@@ -297,6 +318,7 @@ async fn execute(client: &Client, command: Command, out: &Output) -> Result<(), 
             })
         }
         Command::Watch { recursive, path } => watch(client, &path, recursive, out).await,
+        Command::Elect(args) => elect::run(client, args, out).await,
         Command::Cluster(ClusterCommand::Status) => {
             let status = client.cluster_status().await?;
             if out.json {
@@ -342,6 +364,8 @@ async fn execute(client: &Client, command: Command, out: &Output) -> Result<(), 
             Ok(())
         }
         Command::Bench(_) => unreachable!("run() hands the bench to its module"),
+        Command::Lock(args) => lock::lock(client, args).await,
+        Command::LockHolder(args) => lock::holder(client, args, out).await,
     }
 }
 

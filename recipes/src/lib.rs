@@ -7,6 +7,21 @@
 //! its predecessor only. The fencing token of a grant is the czxid of the
 //! node that won it: strictly increasing across grants of the same lock.
 
+mod barrier;
+mod contender;
+mod election;
 mod error;
+mod fenced;
+mod lease;
+mod mutex;
+mod rwlock;
+mod semaphore;
 
+pub use barrier::{DoubleBarrier, READY_NODE};
+pub use election::{LeaderElection, LeaderInfo, Leadership};
 pub use error::{Error, Result};
+pub use fenced::{FencedResource, Stale};
+pub use lease::{Lease, LeaseLock};
+pub use mutex::{Holder, LockLost, Mutex, MutexGuard};
+pub use rwlock::{ReadWriteLock, RwLockGuard, RwLockHandle, RwLockMode, READ_KIND, WRITE_KIND};
+pub use semaphore::{Semaphore, SemaphoreLease, LEASE_KIND};

@@ -22,6 +22,10 @@ pub struct ServeArgs {
     /// Address for Raft traffic from peers.
     #[arg(long, default_value = "127.0.0.1:7100", env = "WARDEN_PEER_LISTEN")]
     pub peer_listen: SocketAddr,
+    /// Address for ZooKeeper clients (ZooKeeper's own protocol); `off`
+    /// disables it.
+    #[arg(long, default_value = "127.0.0.1:2181", env = "WARDEN_ZK_LISTEN")]
+    pub zk_listen: String,
     /// Address for the HTTP API (lands with the HTTP issue; parsed now).
     #[arg(long, default_value = "127.0.0.1:7200", env = "WARDEN_HTTP_LISTEN")]
     pub http_listen: SocketAddr,
@@ -71,6 +75,8 @@ pub struct Config {
     pub listen: SocketAddr,
     pub peer_listen: SocketAddr,
     pub http_listen: SocketAddr,
+    /// None: the ZooKeeper door is off.
+    pub zk_listen: Option<SocketAddr>,
     pub peers: Vec<Peer>,
     pub join: bool,
     pub tick: Duration,
@@ -95,6 +101,8 @@ pub enum ConfigError {
     Ticks { election: usize, heartbeat: usize },
     #[error("--snapshot-entries must be at least 1")]
     SnapshotEntries,
+    #[error("--zk-listen: {0:?} is neither HOST:PORT nor `off`")]
+    ZkListen(String),
     #[error("--peers: {0}")]
     Peers(String),
 }
@@ -125,12 +133,20 @@ impl ServeArgs {
             return Err(ConfigError::SnapshotEntries);
         }
         let peers = parse_peers(&self.peers, self.id, &self.peer_listen)?;
+        let zk_listen = match self.zk_listen.trim() {
+            "off" | "" => None,
+            a => Some(
+                a.parse()
+                    .map_err(|_| ConfigError::ZkListen(a.to_string()))?,
+            ),
+        };
         Ok(Config {
             id: self.id,
             data_dir: self.data_dir,
             listen: self.listen,
             peer_listen: self.peer_listen,
             http_listen: self.http_listen,
+            zk_listen,
             peers,
             join: self.join,
             tick: Duration::from_millis(self.tick_ms),
@@ -223,6 +239,8 @@ mod tests {
         assert!(parse(&["--peers", "x=b:2"]).is_err());
         assert!(parse(&["--peers", "1=a:1,1=b:2"]).is_err());
         assert!(parse(&["--id", "0"]).is_err());
+        assert_eq!(parse(&["--zk-listen", "off"]).unwrap().zk_listen, None);
+        assert!(parse(&["--zk-listen", "nope"]).is_err());
         assert!(parse(&["--election-ticks", "3", "--heartbeat-ticks", "3"]).is_err());
         assert!(parse(&[
             "--min-session-timeout-ms",

@@ -24,7 +24,7 @@ use tracing::{debug, Instrument};
 use warden_protocol::pb::{self, client_frame::Kind, ErrorCode};
 use warden_protocol::{FrameCodec, FrameError};
 
-use crate::core::{CoreMsg, OUTBOUND_FRAMES_MAX};
+use crate::core::{CoreMsg, Door, OUTBOUND_FRAMES_MAX};
 use crate::watch::ConnId;
 
 /// How long a new connection may take to send its ConnectRequest.
@@ -106,6 +106,7 @@ async fn run(stream: TcpStream, peer: SocketAddr, conn: ConnId, core: mpsc::Send
         .send(CoreMsg::Open {
             conn,
             peer,
+            door: Door::Native,
             out: out_tx.clone(),
             closed: closed_by_core.clone(),
             connect,

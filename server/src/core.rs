@@ -70,6 +70,30 @@ const CONF_CHANGE_RETRY: Duration = Duration::from_secs(1);
 /// Bound of the channel from peer connections to the core.
 pub const PEER_INBOX_MAX: usize = 4096;
 
+/// Which protocol a connection speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Door {
+    Native,
+    /// ZooKeeper clients restart their xids on every connection, so a
+    /// (session, xid) pair does not identify a write: no retry dedupe.
+    ZooKeeper,
+}
+
+/// Figures for operators (four-letter words, status pages).
+#[derive(Debug, Clone)]
+pub struct ServerStats {
+    pub status: proto::NodeStatus,
+    pub members: usize,
+    pub nodes: usize,
+    pub connections: usize,
+    pub watches: usize,
+    pub ephemerals: usize,
+    pub zk_port: u16,
+    pub tick_ms: u64,
+    pub min_session_timeout_ms: u32,
+    pub max_session_timeout_ms: u32,
+}
+
 /// A message from a connection task.
 #[derive(Debug)]
 pub enum CoreMsg {
@@ -77,6 +101,7 @@ pub enum CoreMsg {
     Open {
         conn: ConnId,
         peer: SocketAddr,
+        door: Door,
         out: mpsc::Sender<pb::ServerFrame>,
         /// Cancelled by the core when it is done with the connection.
         closed: CancellationToken,
@@ -86,6 +111,8 @@ pub enum CoreMsg {
     Request { conn: ConnId, request: pb::Request },
     /// The connection is gone.
     Closed { conn: ConnId },
+    /// Operator figures.
+    Stats { reply: oneshot::Sender<ServerStats> },
 }
 
 /// What the core reports to whoever started it.
@@ -134,6 +161,7 @@ enum ReadIndexWait {
 
 struct Conn {
     peer: SocketAddr,
+    door: Door,
     out: mpsc::Sender<pb::ServerFrame>,
     closed: CancellationToken,
     session: Option<u64>,
@@ -636,10 +664,14 @@ impl Core {
             CoreMsg::Open {
                 conn,
                 peer,
+                door,
                 out,
                 closed,
                 connect,
-            } => self.open_conn(conn, peer, out, closed, connect),
+            } => self.open_conn(conn, peer, door, out, closed, connect),
+            CoreMsg::Stats { reply } => {
+                let _ = reply.send(self.stats());
+            }
             CoreMsg::Request { conn, request } => self.request(conn, request),
             CoreMsg::Closed { conn } => self.m.drop_conn(conn, "connection closed"),
         }
@@ -649,6 +681,7 @@ impl Core {
         &mut self,
         conn: ConnId,
         peer: SocketAddr,
+        door: Door,
         out: mpsc::Sender<pb::ServerFrame>,
         closed: CancellationToken,
         c: pb::ConnectRequest,
@@ -658,6 +691,7 @@ impl Core {
             conn,
             Conn {
                 peer,
+                door,
                 out,
                 closed,
                 session: None,
@@ -750,6 +784,7 @@ impl Core {
             return;
         };
         let xid = request.xid;
+        let door = c.door;
         let Some(session_id) = c.session else {
             // Requests before the session is established are out of order.
             let f = Failure::new(
@@ -829,7 +864,9 @@ impl Core {
             Plan::Write(mut txn) => {
                 // Tagged so that a retry of this xid is applied at most once.
                 txn.session_id = session_id;
-                txn.xid = xid;
+                if door == Door::Native {
+                    txn.xid = xid;
+                }
                 self.write_slot(conn, xid, txn)
             }
             Plan::Close => {
@@ -891,6 +928,27 @@ impl Core {
                 );
                 Slot::Done(error_frame(xid, self.m.tree.applied_index(), f))
             }
+        }
+    }
+
+    fn stats(&self) -> ServerStats {
+        let conf = self.raft.conf_state();
+        ServerStats {
+            status: self.own_status(),
+            members: conf.voters.len() + conf.learners.len(),
+            nodes: self.m.tree.node_count(),
+            connections: self.m.conns.len(),
+            watches: self.m.watches.len(),
+            ephemerals: self
+                .m
+                .tree
+                .sessions()
+                .map(|(id, _)| self.m.tree.ephemerals(id).len())
+                .sum(),
+            zk_port: self.m.cfg.zk_listen.map(|a| a.port()).unwrap_or(0),
+            tick_ms: self.m.cfg.tick.as_millis() as u64,
+            min_session_timeout_ms: self.m.cfg.min_session_timeout_ms,
+            max_session_timeout_ms: self.m.cfg.max_session_timeout_ms,
         }
     }
 
@@ -1124,12 +1182,14 @@ impl Machine {
             if !ready {
                 return;
             }
+            let session_id = c.session.unwrap_or(0);
             let slot = c.queue.pop_front().expect("front checked above");
             match slot {
                 Slot::Done(frame) => self.push(conn, frame),
                 Slot::Ping { xid } => self.push(conn, response_frame(xid, applied, Ok(None))),
                 Slot::Read { xid, op, .. } => {
-                    let (result, events) = ops::read(&self.tree, &mut self.watches, conn, &op);
+                    let (result, events) =
+                        ops::read(&self.tree, &mut self.watches, conn, session_id, &op);
                     for e in events {
                         self.push(conn, event_frame(e));
                     }

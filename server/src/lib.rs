@@ -9,6 +9,8 @@
 //!   writes proposed to Raft and answered when their entry applies.
 //! - [`raft`]: the Raft log and hard state in fjall, the Ready loop.
 //! - [`tree`]: the deterministic state machine.
+//! - [`zk`]: the ZooKeeper-compatible door (jute), a thin adapter onto the
+//!   same core.
 
 pub mod config;
 pub mod conn;
@@ -20,6 +22,7 @@ pub mod serve;
 pub mod session;
 pub mod tree;
 pub mod watch;
+pub mod zk;
 
 /// Log entry and snapshot formats generated from `proto/txn.proto`.
 pub mod proto {

@@ -13,6 +13,7 @@
 //! | client port | `P + i - 1` |
 //! | peer (Raft) port | `P + 100 + i - 1` |
 //! | HTTP port | `P + 200 + i - 1` (so nodes never share `serve`'s default) |
+//! | ZooKeeper port | `P + 300 + i - 1` |
 //! | data | `DIR/node-i/` |
 //! | stdout and stderr | `DIR/node-i.log` (appended to across runs) |
 //! | process id | `DIR/node-i.pid`, while it runs |
@@ -75,6 +76,13 @@ pub const PEER_PORT_OFFSET: u16 = 100;
 /// Node `i`'s HTTP port is `base + HTTP_PORT_OFFSET + i - 1`.
 pub const HTTP_PORT_OFFSET: u16 = 200;
 
+/// Node `i`'s ZooKeeper-protocol port is `base + ZK_PORT_OFFSET + i - 1`.
+pub const ZK_PORT_OFFSET: u16 = 300;
+
+/// Start of the line `local-cluster` prints on stderr with the ZooKeeper
+/// connect string.
+pub const ZK_SERVERS_LINE_PREFIX: &str = "ZOOKEEPER_SERVERS=";
+
 /// How long the whole cluster may take to become ready.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -104,7 +112,8 @@ pub struct LocalClusterArgs {
     #[arg(long, value_name = "DIR", default_value = "warden-local-cluster")]
     pub data_dir: PathBuf,
     /// Node i listens for clients on P+i-1, for peers on P+100+i-1 and for
-    /// HTTP on P+200+i-1, all on 127.0.0.1.
+    /// HTTP on P+200+i-1 and for ZooKeeper clients on P+300+i-1, all on
+    /// 127.0.0.1.
     #[arg(long, value_name = "P", default_value_t = BASE_PORT_DEFAULT)]
     pub base_port: u16,
     /// Raft tick of every node (default: that of `warden serve`).
@@ -129,6 +138,8 @@ pub struct NodePlan {
     pub client: SocketAddr,
     pub peer: SocketAddr,
     pub http: SocketAddr,
+    /// ZooKeeper-protocol address.
+    pub zk: SocketAddr,
     pub data_dir: PathBuf,
     pub log: PathBuf,
     pub pid_file: PathBuf,
@@ -192,8 +203,8 @@ impl LocalClusterArgs {
             return Err(LocalClusterError::Nodes(self.nodes));
         }
         let base = self.base_port;
-        // The highest port handed out: the last node's HTTP port.
-        let last = u32::from(base) + u32::from(HTTP_PORT_OFFSET) + self.nodes as u32 - 1;
+        // The highest port handed out: the last node's ZooKeeper port.
+        let last = u32::from(base) + u32::from(ZK_PORT_OFFSET) + self.nodes as u32 - 1;
         if base == 0 || last > u32::from(u16::MAX) {
             return Err(LocalClusterError::BasePort {
                 base,
@@ -208,6 +219,7 @@ impl LocalClusterArgs {
                 client: at(0, id - 1),
                 peer: at(PEER_PORT_OFFSET, id - 1),
                 http: at(HTTP_PORT_OFFSET, id - 1),
+                zk: at(ZK_PORT_OFFSET, id - 1),
                 data_dir: self.data_dir.join(format!("node-{id}")),
                 log: self.data_dir.join(format!("node-{id}.log")),
                 pid_file: self.data_dir.join(format!("node-{id}.pid")),
@@ -245,6 +257,8 @@ impl Plan {
             node.client.to_string().into(),
             "--http-listen".into(),
             node.http.to_string().into(),
+            "--zk-listen".into(),
+            node.zk.to_string().into(),
             "--data-dir".into(),
             node.data_dir.clone().into(),
         ];
@@ -411,7 +425,11 @@ fn prepare(plan: &Plan) -> Result<(), LocalClusterError> {
     })?;
     let mut held = Vec::new();
     for node in &plan.nodes {
-        for (what, addr) in [("client", node.client), ("peer", node.peer)] {
+        for (what, addr) in [
+            ("client", node.client),
+            ("peer", node.peer),
+            ("ZooKeeper", node.zk),
+        ] {
             let listener =
                 StdTcpListener::bind(addr).map_err(|source| LocalClusterError::Port {
                     id: node.id,
@@ -531,7 +549,8 @@ async fn forward_stdout(
         if !ready_seen {
             if let Some(client) = line.strip_prefix(READY_LINE_PREFIX) {
                 ready_seen = true;
-                let client = client.trim().to_string();
+                // `client=ADDR`, then other fields (`zk=ADDR`).
+                let client = client.split_whitespace().next().unwrap_or("").to_string();
                 // Capacity is reserved for this event; a send error means
                 // `run` is gone, and then nobody needs it.
                 let _ = events.send(Event::Ready { id, client }).await;
@@ -665,8 +684,16 @@ async fn shutdown(
 /// The stdout line, and a short guide on stderr.
 fn announce(plan: &Plan, ready: &BTreeMap<u64, String>, pids: &BTreeMap<u64, Option<u32>>) {
     let servers = ready.values().cloned().collect::<Vec<_>>().join(",");
+    let zk_servers = plan
+        .nodes
+        .iter()
+        .map(|n| n.zk.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
     let mut stdout = std::io::stdout().lock();
-    if let Err(e) = writeln!(stdout, "{SERVERS_LINE_PREFIX}{servers}").and_then(|()| stdout.flush())
+    if let Err(e) = writeln!(stdout, "{SERVERS_LINE_PREFIX}{servers}")
+        .and_then(|()| writeln!(stdout, "{ZK_SERVERS_LINE_PREFIX}{zk_servers}"))
+        .and_then(|()| stdout.flush())
     {
         // Stdout may be a closed pipe; the cluster is still worth running.
         eprintln!("{ME}: warning: cannot write to stdout: {e}");
@@ -681,9 +708,10 @@ fn announce(plan: &Plan, ready: &BTreeMap<u64, String>, pids: &BTreeMap<u64, Opt
             .flatten()
             .map_or_else(|| "?".to_string(), |p| p.to_string());
         guide += &format!(
-            "  node {}  client {}  peer {}  pid {pid}  log {}\n",
+            "  node {}  client {}  zookeeper {}  peer {}  pid {pid}  log {}\n",
             node.id,
             node.client,
+            node.zk,
             node.peer,
             node.log.display()
         );
@@ -844,9 +872,9 @@ mod tests {
     #[test]
     fn ports_must_fit() {
         assert!(plan(&["--base-port", "0"]).is_err());
-        // 65333 + 200 + 2 = 65535 is the last usable layout for 3 nodes.
-        assert!(plan(&["--base-port", "65333"]).is_ok());
-        let e = plan(&["--base-port", "65334"]).unwrap_err();
-        assert!(e.to_string().contains("65334..=65536"), "{e}");
+        // 65233 + 300 + 2 = 65535 is the last usable layout for 3 nodes.
+        assert!(plan(&["--base-port", "65233"]).is_ok());
+        let e = plan(&["--base-port", "65234"]).unwrap_err();
+        assert!(e.to_string().contains("65234..=65536"), "{e}");
     }
 }

@@ -57,7 +57,10 @@ fn main() -> ExitCode {
                 let shutdown = shutdown_signal();
                 warden_server::serve::serve(cfg, shutdown, |bound| {
                     // Tests and scripts wait for this line.
-                    println!("warden listening client={}", bound.client);
+                    match bound.zk {
+                        Some(zk) => println!("warden listening client={} zk={zk}", bound.client),
+                        None => println!("warden listening client={}", bound.client),
+                    }
                     let _ = std::io::stdout().flush();
                 })
                 .await

@@ -33,6 +33,8 @@ pub enum ServeError {
 #[derive(Debug, Clone, Copy)]
 pub struct Bound {
     pub client: SocketAddr,
+    /// The ZooKeeper door's address, if it is on.
+    pub zk: Option<SocketAddr>,
 }
 
 /// Runs a server until `shutdown` completes. `on_ready` is called once with
@@ -61,6 +63,15 @@ pub async fn serve(
                 addr: cfg.peer_listen,
                 source,
             })?;
+    let zk_listener = match cfg.zk_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Listen { addr, source })?,
+        ),
+        None => None,
+    };
+    let zk_addr = zk_listener.as_ref().and_then(|l| l.local_addr().ok());
     let stop_peers = CancellationToken::new();
     let (peer_tx, peer_rx) = mpsc::channel::<PeerFrame>(PEER_INBOX_MAX);
     tokio::spawn(transport::listen(
@@ -111,10 +122,25 @@ pub async fn serve(
 
     if !stopping {
         info!(%client, id = cfg.id, data_dir = %cfg.data_dir.display(), "listening");
-        on_ready(Bound { client });
+        if let Some(zk) = zk_addr {
+            info!(%zk, "ZooKeeper clients welcome");
+        }
+        on_ready(Bound {
+            client,
+            zk: zk_addr,
+        });
     }
 
-    let mut next_conn: u64 = 1;
+    // Connection ids, shared by both doors so they never collide.
+    let next_conn = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1));
+    if let (false, Some(l)) = (stopping, zk_listener) {
+        tokio::spawn(crate::zk::listen(
+            l,
+            core_tx.clone(),
+            stop_peers.clone(),
+            next_conn.clone(),
+        ));
+    }
     if !stopping {
         loop {
             tokio::select! {
@@ -130,8 +156,7 @@ pub async fn serve(
                 }
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
-                        let conn = next_conn;
-                        next_conn += 1;
+                        let conn = next_conn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tokio::spawn(conn::serve(stream, peer, conn, core_tx.clone()));
                     }
                     Err(e) => warn!(error = %e, "accept failed"),

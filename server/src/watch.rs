@@ -80,6 +80,20 @@ impl WatchRegistry {
         removed
     }
 
+    /// Whether `conn` has a watch of the given type on `path`.
+    pub fn has(&self, conn: ConnId, watcher_type: WatcherType, path: &str) -> bool {
+        let kinds: &[WatchKind] = match watcher_type {
+            WatcherType::Any => &KINDS,
+            WatcherType::Data => &[WatchKind::Data],
+            WatcherType::Children => &[WatchKind::Child],
+            WatcherType::Persistent => &[WatchKind::Persistent],
+            WatcherType::PersistentRecursive => &[WatchKind::PersistentRecursive],
+        };
+        kinds
+            .iter()
+            .any(|k| self.watchers(*k, path).is_some_and(|c| c.contains(&conn)))
+    }
+
     fn remove_one(&mut self, conn: ConnId, kind: WatchKind, path: &str) -> bool {
         let Some(paths) = self.by_path.get_mut(&kind) else {
             return false;

@@ -1,97 +1,9 @@
 //! Bad input over the native protocol, sent as raw bytes: each gets a clear
 //! error, the server keeps serving other clients, and nothing changes.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
-
-use prost::Message;
 use warden_protocol::pb::{self, client_frame, request::Op, server_frame, ErrorCode};
+use warden_testkit::raw::RawConn;
 use warden_testkit::Server;
-
-/// A minimal blocking client speaking raw frames.
-struct Raw {
-    stream: TcpStream,
-}
-
-impl Raw {
-    fn connect(addr: &str) -> Raw {
-        let stream = TcpStream::connect(addr).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        Raw { stream }
-    }
-
-    fn send_bytes(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).expect("write");
-    }
-
-    fn send(&mut self, frame: pb::ClientFrame) {
-        let body = frame.encode_to_vec();
-        let mut buf = (body.len() as u32).to_be_bytes().to_vec();
-        buf.extend_from_slice(&body);
-        self.send_bytes(&buf);
-    }
-
-    /// The next frame, or None when the server closed the connection.
-    fn recv(&mut self) -> Option<pb::ServerFrame> {
-        let mut len = [0u8; 4];
-        if self.stream.read_exact(&mut len).is_err() {
-            return None;
-        }
-        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
-        self.stream.read_exact(&mut body).ok()?;
-        Some(pb::ServerFrame::decode(&body[..]).expect("server frames decode"))
-    }
-
-    fn handshake(&mut self, session_id: u64, password: Vec<u8>) -> pb::ConnectResponse {
-        self.send(pb::ClientFrame {
-            kind: Some(client_frame::Kind::Connect(pb::ConnectRequest {
-                protocol_version: warden_protocol::PROTOCOL_VERSION,
-                session_id,
-                password,
-                timeout_ms: 30_000,
-                last_zxid_seen: 0,
-            })),
-        });
-        match self.recv() {
-            Some(pb::ServerFrame {
-                kind: Some(server_frame::Kind::Connect(c)),
-            }) => c,
-            other => panic!("expected a ConnectResponse, got {other:?}"),
-        }
-    }
-
-    fn request(&mut self, xid: u64, op: Op) -> pb::Response {
-        self.send(pb::ClientFrame {
-            kind: Some(client_frame::Kind::Request(pb::Request {
-                xid,
-                op: Some(op),
-            })),
-        });
-        loop {
-            match self.recv() {
-                Some(pb::ServerFrame {
-                    kind: Some(server_frame::Kind::Response(r)),
-                }) => return r,
-                Some(_) => continue,
-                None => panic!("connection closed while waiting for xid {xid}"),
-            }
-        }
-    }
-
-    /// Reads until the server closes; returns the responses seen.
-    fn drain_until_closed(&mut self) -> Vec<pb::Response> {
-        let mut out = Vec::new();
-        while let Some(f) = self.recv() {
-            if let Some(server_frame::Kind::Response(r)) = f.kind {
-                out.push(r);
-            }
-        }
-        out
-    }
-}
 
 fn code(r: &pb::Response) -> ErrorCode {
     ErrorCode::try_from(r.error).expect("known code")
@@ -124,7 +36,7 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
     let server = Server::start();
 
     // A well-behaved client that stays connected throughout.
-    let mut good = Raw::connect(server.addr());
+    let mut good = RawConn::connect(server.addr());
     assert_eq!(good.handshake(0, vec![]).error, ErrorCode::Ok as i32);
     assert_eq!(
         code(&good.request(1, create("/keep", b"v1"))),
@@ -163,7 +75,7 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
     assert_eq!(code(&r), ErrorCode::DataTooLarge);
 
     // A malformed frame: an error naming it, then the connection closes.
-    let mut garbage = Raw::connect(server.addr());
+    let mut garbage = RawConn::connect(server.addr());
     assert_eq!(garbage.handshake(0, vec![]).error, ErrorCode::Ok as i32);
     garbage.send_bytes(&[0, 0, 0, 3, 0xff, 0xff, 0xff]);
     let answers = garbage.drain_until_closed();
@@ -176,7 +88,7 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
     );
 
     // An oversized frame: refused before the server reads (or allocates) it.
-    let mut huge = Raw::connect(server.addr());
+    let mut huge = RawConn::connect(server.addr());
     assert_eq!(huge.handshake(0, vec![]).error, ErrorCode::Ok as i32);
     huge.send_bytes(&(64u32 * 1024 * 1024).to_be_bytes());
     let answers = huge.drain_until_closed();
@@ -189,7 +101,7 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
     );
 
     // Garbage instead of a handshake.
-    let mut nohello = Raw::connect(server.addr());
+    let mut nohello = RawConn::connect(server.addr());
     nohello.send_bytes(&[0, 0, 0, 2, 0xde, 0xad]);
     match nohello.recv() {
         Some(pb::ServerFrame {
@@ -203,16 +115,16 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
     );
 
     // Resuming an unknown session: SessionExpired, then closed.
-    let mut ghost = Raw::connect(server.addr());
+    let mut ghost = RawConn::connect(server.addr());
     let c = ghost.handshake(0x0123_4567_89ab_cdef, b"nope".to_vec());
     assert_eq!(c.error, ErrorCode::SessionExpired as i32);
     assert!(c.message.contains("0x123456789abcdef"), "{}", c.message);
     assert!(ghost.recv().is_none());
 
     // Resuming a real session with a wrong password: refused the same way.
-    let mut other = Raw::connect(server.addr());
+    let mut other = RawConn::connect(server.addr());
     let real = other.handshake(0, vec![]);
-    let mut thief = Raw::connect(server.addr());
+    let mut thief = RawConn::connect(server.addr());
     assert_eq!(
         thief.handshake(real.session_id, b"wrong".to_vec()).error,
         ErrorCode::SessionExpired as i32
@@ -235,7 +147,7 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
 #[test]
 fn requests_before_handshake_and_second_handshake_are_refused() {
     let server = Server::start();
-    let mut raw = Raw::connect(server.addr());
+    let mut raw = RawConn::connect(server.addr());
     raw.send(pb::ClientFrame {
         kind: Some(client_frame::Kind::Request(pb::Request {
             xid: 1,
@@ -252,7 +164,7 @@ fn requests_before_handshake_and_second_handshake_are_refused() {
         other => panic!("{other:?}"),
     }
 
-    let mut raw = Raw::connect(server.addr());
+    let mut raw = RawConn::connect(server.addr());
     assert_eq!(raw.handshake(0, vec![]).error, ErrorCode::Ok as i32);
     raw.send(pb::ClientFrame {
         kind: Some(client_frame::Kind::Connect(pb::ConnectRequest::default())),

@@ -579,31 +579,15 @@ async fn a_follower_forwards_heartbeats_so_its_sessions_live() {
 
 #[test]
 fn a_server_behind_the_client_refuses_with_a_clear_error() {
-    use prost::Message;
-    use std::io::{Read, Write};
-    use warden_protocol::pb::{self, client_frame, server_frame};
     let cluster = Cluster::start(3);
-    let mut s = std::net::TcpStream::connect(cluster.addr(2)).unwrap();
-    let body = pb::ClientFrame {
-        kind: Some(client_frame::Kind::Connect(pb::ConnectRequest {
+    let c = warden_testkit::raw::RawConn::connect(cluster.addr(2)).connect_request(
+        warden_protocol::pb::ConnectRequest {
             protocol_version: 1,
             timeout_ms: 5000,
             last_zxid_seen: 1_000_000_000,
             ..Default::default()
-        })),
-    }
-    .encode_to_vec();
-    s.write_all(&(body.len() as u32).to_be_bytes()).unwrap();
-    s.write_all(&body).unwrap();
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).unwrap();
-    let mut buf = vec![0; u32::from_be_bytes(len) as usize];
-    s.read_exact(&mut buf).unwrap();
-    match pb::ServerFrame::decode(&buf[..]).unwrap().kind {
-        Some(server_frame::Kind::Connect(c)) => {
-            assert_eq!(c.error, ErrorCode::ServerBehind as i32);
-            assert!(c.message.contains("has seen 1000000000"), "{}", c.message);
-        }
-        other => panic!("{other:?}"),
-    }
+        },
+    );
+    assert_eq!(c.error, ErrorCode::ServerBehind as i32);
+    assert!(c.message.contains("has seen 1000000000"), "{}", c.message);
 }

@@ -2,72 +2,9 @@
 //! a dropped connection is applied once, and the retry gets the original
 //! answer (ZooKeeper lacks this: ZOOKEEPER-22).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
-
-use prost::Message;
-use warden_protocol::pb::{self, client_frame, request::Op, server_frame, ErrorCode};
+use warden_protocol::pb::{self, request::Op, ErrorCode};
+use warden_testkit::raw::RawConn;
 use warden_testkit::{Cluster, Server};
-
-struct Raw(TcpStream);
-
-impl Raw {
-    fn connect(addr: &str) -> Raw {
-        let s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        Raw(s)
-    }
-
-    fn send(&mut self, f: pb::ClientFrame) {
-        let body = f.encode_to_vec();
-        self.0
-            .write_all(&(body.len() as u32).to_be_bytes())
-            .unwrap();
-        self.0.write_all(&body).unwrap();
-    }
-
-    fn recv(&mut self) -> pb::ServerFrame {
-        let mut len = [0u8; 4];
-        self.0.read_exact(&mut len).unwrap();
-        let mut body = vec![0; u32::from_be_bytes(len) as usize];
-        self.0.read_exact(&mut body).unwrap();
-        pb::ServerFrame::decode(&body[..]).unwrap()
-    }
-
-    fn handshake(&mut self, session_id: u64, password: Vec<u8>) -> pb::ConnectResponse {
-        self.send(pb::ClientFrame {
-            kind: Some(client_frame::Kind::Connect(pb::ConnectRequest {
-                protocol_version: 1,
-                session_id,
-                password,
-                timeout_ms: 30_000,
-                last_zxid_seen: 0,
-            })),
-        });
-        match self.recv().kind {
-            Some(server_frame::Kind::Connect(c)) => c,
-            other => panic!("{other:?}"),
-        }
-    }
-
-    fn request(&mut self, xid: u64, op: Op) {
-        self.send(pb::ClientFrame {
-            kind: Some(client_frame::Kind::Request(pb::Request {
-                xid,
-                op: Some(op),
-            })),
-        });
-    }
-
-    fn response(&mut self) -> pb::Response {
-        loop {
-            if let Some(server_frame::Kind::Response(r)) = self.recv().kind {
-                return r;
-            }
-        }
-    }
-}
 
 fn seq_create(path: &str) -> Op {
     Op::Create(pb::CreateRequest {
@@ -93,10 +30,10 @@ fn created_path(r: &pb::Response) -> String {
 
 /// Runs the scenario against `addrs` (the retry goes to the last one).
 fn retried_writes_apply_once(first: &str, second: &str) {
-    let mut a = Raw::connect(first);
+    let mut a = RawConn::connect(first);
     let hello = a.handshake(0, vec![]);
     assert_eq!(hello.error, 0);
-    a.request(
+    a.send_request(
         1,
         Op::Create(pb::CreateRequest {
             path: "/q".into(),
@@ -106,12 +43,12 @@ fn retried_writes_apply_once(first: &str, second: &str) {
     assert_eq!(a.response().error, 0);
 
     // Answer read, then the connection drops; the client retries anyway.
-    a.request(2, seq_create("/q/item-"));
+    a.send_request(2, seq_create("/q/item-"));
     let original = a.response();
     assert_eq!(original.error, 0);
     // Answer never read: the connection drops right after sending.
-    a.request(3, seq_create("/q/item-"));
-    a.request(
+    a.send_request(3, seq_create("/q/item-"));
+    a.send_request(
         4,
         Op::SetData(pb::SetDataRequest {
             path: "/q".into(),
@@ -121,10 +58,10 @@ fn retried_writes_apply_once(first: &str, second: &str) {
     );
     drop(a);
 
-    let mut b = Raw::connect(second);
+    let mut b = RawConn::connect(second);
     let resumed = b.handshake(hello.session_id, hello.password.clone());
     assert_eq!(resumed.error, 0, "{resumed:?}");
-    b.request(2, seq_create("/q/item-"));
+    b.send_request(2, seq_create("/q/item-"));
     let retry2 = b.response();
     assert_eq!(retry2.error, 0, "{retry2:?}");
     assert_eq!(
@@ -132,12 +69,12 @@ fn retried_writes_apply_once(first: &str, second: &str) {
         created_path(&original),
         "same answer as the first apply"
     );
-    b.request(3, seq_create("/q/item-"));
+    b.send_request(3, seq_create("/q/item-"));
     let retry3 = b.response();
     assert_eq!(retry3.error, 0);
     // A version-guarded set retried: applied once, so the retry is not a
     // BadVersion but the original success.
-    b.request(
+    b.send_request(
         4,
         Op::SetData(pb::SetDataRequest {
             path: "/q".into(),
@@ -149,9 +86,9 @@ fn retried_writes_apply_once(first: &str, second: &str) {
     assert_eq!(retry4.error, ErrorCode::Ok as i32, "{retry4:?}");
 
     // Exactly two items, and /q at version 1.
-    b.request(5, Op::Sync(pb::SyncRequest { path: "/q".into() }));
+    b.send_request(5, Op::Sync(pb::SyncRequest { path: "/q".into() }));
     b.response();
-    b.request(6, children("/q"));
+    b.send_request(6, children("/q"));
     match b.response().result {
         Some(pb::response::Result::GetChildren(c)) => {
             assert_eq!(c.children.len(), 2, "{:?}", c.children);
@@ -160,7 +97,7 @@ fn retried_writes_apply_once(first: &str, second: &str) {
         other => panic!("{other:?}"),
     }
     // A new xid is a new write.
-    b.request(7, seq_create("/q/item-"));
+    b.send_request(7, seq_create("/q/item-"));
     let fresh = b.response();
     assert_ne!(created_path(&fresh), created_path(&retry3));
 }

@@ -2,13 +2,11 @@
 //! client dies (expiry) or closes, never while the session is alive; a
 //! session survives a reconnect.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
-use prost::Message;
 use warden_client::{Client, ConnectOptions, CreateOptions, ErrorCode, EventType, SessionState};
-use warden_protocol::pb::{self, client_frame, request::Op, server_frame};
+use warden_protocol::pb::{self, request::Op};
+use warden_testkit::raw::RawConn;
 use warden_testkit::{Server, ServerOptions};
 
 fn opts(session_timeout: Duration) -> ConnectOptions {
@@ -18,56 +16,27 @@ fn opts(session_timeout: Duration) -> ConnectOptions {
     }
 }
 
-/// Opens a session over a raw socket, creates an ephemeral node, and hands
-/// the socket back: dropping it is exactly what the server sees when a
-/// client process dies.
-fn raw_session_with_ephemeral(addr: &str, path: &str, timeout_ms: u32) -> (TcpStream, u64) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let send = |s: &mut TcpStream, f: pb::ClientFrame| {
-        let body = f.encode_to_vec();
-        s.write_all(&(body.len() as u32).to_be_bytes()).unwrap();
-        s.write_all(&body).unwrap();
-    };
-    let recv = |s: &mut TcpStream| {
-        let mut len = [0u8; 4];
-        s.read_exact(&mut len).unwrap();
-        let mut body = vec![0; u32::from_be_bytes(len) as usize];
-        s.read_exact(&mut body).unwrap();
-        pb::ServerFrame::decode(&body[..]).unwrap()
-    };
-    send(
-        &mut s,
-        pb::ClientFrame {
-            kind: Some(client_frame::Kind::Connect(pb::ConnectRequest {
-                protocol_version: 1,
-                timeout_ms,
-                ..Default::default()
-            })),
-        },
+/// Opens a session over a raw connection and creates an ephemeral node;
+/// dropping the connection is exactly what the server sees when a client
+/// process dies.
+fn raw_session_with_ephemeral(addr: &str, path: &str, timeout_ms: u32) -> (RawConn, u64) {
+    let mut conn = RawConn::connect(addr);
+    let hello = conn.connect_request(pb::ConnectRequest {
+        protocol_version: 1,
+        timeout_ms,
+        ..Default::default()
+    });
+    assert_eq!(hello.error, 0, "{hello:?}");
+    let r = conn.request(
+        1,
+        Op::Create(pb::CreateRequest {
+            path: path.into(),
+            ephemeral: true,
+            ..Default::default()
+        }),
     );
-    let session_id = match recv(&mut s).kind {
-        Some(server_frame::Kind::Connect(c)) if c.error == 0 => c.session_id,
-        other => panic!("{other:?}"),
-    };
-    send(
-        &mut s,
-        pb::ClientFrame {
-            kind: Some(client_frame::Kind::Request(pb::Request {
-                xid: 1,
-                op: Some(Op::Create(pb::CreateRequest {
-                    path: path.into(),
-                    ephemeral: true,
-                    ..Default::default()
-                })),
-            })),
-        },
-    );
-    match recv(&mut s).kind {
-        Some(server_frame::Kind::Response(r)) => assert_eq!(r.error, 0, "{r:?}"),
-        other => panic!("{other:?}"),
-    }
-    (s, session_id)
+    assert_eq!(r.error, 0, "{r:?}");
+    (conn, hello.session_id)
 }
 
 #[tokio::test]
@@ -197,26 +166,11 @@ async fn resuming_an_expired_session_is_refused() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Now resume it: the server says SessionExpired.
-    let mut s = TcpStream::connect(server.addr()).unwrap();
-    let body = pb::ClientFrame {
-        kind: Some(client_frame::Kind::Connect(pb::ConnectRequest {
-            protocol_version: 1,
-            session_id,
-            timeout_ms: 1000,
-            ..Default::default()
-        })),
-    }
-    .encode_to_vec();
-    s.write_all(&(body.len() as u32).to_be_bytes()).unwrap();
-    s.write_all(&body).unwrap();
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).unwrap();
-    let mut buf = vec![0; u32::from_be_bytes(len) as usize];
-    s.read_exact(&mut buf).unwrap();
-    match pb::ServerFrame::decode(&buf[..]).unwrap().kind {
-        Some(server_frame::Kind::Connect(c)) => {
-            assert_eq!(c.error, ErrorCode::SessionExpired as i32);
-        }
-        other => panic!("{other:?}"),
-    }
+    let c = RawConn::connect(server.addr()).connect_request(pb::ConnectRequest {
+        protocol_version: 1,
+        session_id,
+        timeout_ms: 1000,
+        ..Default::default()
+    });
+    assert_eq!(c.error, ErrorCode::SessionExpired as i32);
 }

@@ -132,13 +132,14 @@ async fn sequential_names_are_unique_and_increasing() {
     let expected: Vec<String> = (0..20).map(|i| format!("/q/item-{i:010}")).collect();
     assert_eq!(names, expected);
 
-    // Deletes also advance the parent's counter: names are never reused.
+    // The number counts the parent's child creations (ZooKeeper's rule):
+    // a delete does not advance it, and a name is never reused.
     c.delete("/q/item-0000000019", None).await.unwrap();
     let (p, _) = c
         .create("/q/item-", b"", CreateOptions::sequential())
         .await
         .unwrap();
-    assert_eq!(p, "/q/item-0000000021");
+    assert_eq!(p, "/q/item-0000000020");
 }
 
 #[tokio::test]

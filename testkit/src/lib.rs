@@ -23,6 +23,8 @@
 //! would wait forever. The same holds when bringing nodes back: see
 //! [`Cluster::restart_many`].
 
+pub mod raw;
+
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write as _};
 use std::net::TcpListener;
@@ -42,7 +44,7 @@ pub const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 const STOP_POLL_INTERVAL: Duration = Duration::from_millis(20);
 
 /// The line `warden serve` prints on stdout when clients can connect.
-const READY_PREFIX: &str = "warden listening client=";
+const READY_PREFIX: &str = "warden listening ";
 
 /// Log filter given to every server started here.
 const SERVER_LOG_FILTER: &str = "info,warden_server=debug,fjall=warn,lsm_tree=warn";
@@ -115,11 +117,13 @@ struct Process {
     /// Client address: `127.0.0.1:0` until the first ready line says which
     /// port the OS chose; fixed from then on, so a restart keeps it.
     listen: String,
+    /// ZooKeeper-protocol address, fixed like `listen` after the first start.
+    zk_listen: String,
     membership: Option<Membership>,
     opts: ServerOptions,
     child: Option<Child>,
-    /// Receives the address from the ready line of the launched child.
-    ready: Option<mpsc::Receiver<String>>,
+    /// Receives the addresses from the ready line of the launched child.
+    ready: Option<mpsc::Receiver<(String, Option<String>)>>,
     starts: u32,
 }
 
@@ -133,6 +137,7 @@ impl Process {
         Process {
             dir,
             listen,
+            zk_listen: "127.0.0.1:0".to_string(),
             membership,
             opts,
             child: None,
@@ -176,6 +181,8 @@ impl Process {
             .arg(self.dir.join("data"))
             .arg("--listen")
             .arg(&self.listen)
+            .arg("--zk-listen")
+            .arg(&self.zk_listen)
             .arg("--tick-ms")
             .arg(self.opts.tick_ms.to_string())
             .arg("--min-session-timeout-ms")
@@ -221,7 +228,12 @@ impl Process {
         let rx = self.ready.take().expect("launch before await_ready");
         let timeout = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(timeout) {
-            Ok(addr) => self.listen = addr,
+            Ok((client, zk)) => {
+                self.listen = client;
+                if let Some(zk) = zk {
+                    self.zk_listen = zk;
+                }
+            }
             Err(e) => {
                 let why = match e {
                     mpsc::RecvTimeoutError::Timeout => {
@@ -284,14 +296,26 @@ impl Process {
     }
 }
 
-fn forward_stdout(stdout: std::process::ChildStdout, mut log: File, ready: mpsc::Sender<String>) {
+fn forward_stdout(
+    stdout: std::process::ChildStdout,
+    mut log: File,
+    ready: mpsc::Sender<(String, Option<String>)>,
+) {
     for line in BufReader::new(stdout).lines() {
         let Ok(line) = line else { break };
         // The log is for reading after a failure; losing a line of it
         // must not stop the ready line from being seen.
         let _ = writeln!(log, "{line}");
-        if let Some(addr) = line.strip_prefix(READY_PREFIX) {
-            let _ = ready.send(addr.trim().to_string());
+        if let Some(fields) = line.strip_prefix(READY_PREFIX) {
+            let field = |name: &str| {
+                fields
+                    .split_whitespace()
+                    .find_map(|f| f.strip_prefix(name))
+                    .map(str::to_string)
+            };
+            if let Some(client) = field("client=") {
+                let _ = ready.send((client, field("zk=")));
+            }
         }
     }
 }
@@ -325,6 +349,11 @@ impl Server {
     }
 
     /// `host:port` of the client port.
+    /// `host:port` of the ZooKeeper-protocol port.
+    pub fn zk_addr(&self) -> &str {
+        &self.process.zk_listen
+    }
+
     pub fn addr(&self) -> &str {
         &self.process.listen
     }
@@ -487,6 +516,20 @@ impl Cluster {
         self.nodes
             .iter()
             .map(|p| p.listen.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// `host:port` of node `i`'s ZooKeeper-protocol port.
+    pub fn zk_addr(&self, i: usize) -> &str {
+        &self.node(i).zk_listen
+    }
+
+    /// The ZooKeeper connect string: every node's ZooKeeper address.
+    pub fn zk_servers(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|p| p.zk_listen.as_str())
             .collect::<Vec<_>>()
             .join(",")
     }

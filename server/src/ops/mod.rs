@@ -15,6 +15,7 @@ mod exists;
 mod get_children;
 mod get_data;
 mod multi;
+mod reads;
 mod set_data;
 mod watches;
 
@@ -60,6 +61,10 @@ pub enum ReadOp {
     AddWatch(pb::AddWatchRequest),
     RemoveWatches(pb::RemoveWatchesRequest),
     SetWatches(pb::SetWatchesRequest),
+    GetEphemerals(pb::GetEphemeralsRequest),
+    CountDescendants(pb::CountDescendantsRequest),
+    CheckWatches(pb::CheckWatchesRequest),
+    MultiRead(pb::MultiReadRequest),
 }
 
 /// An error answer: the code and a message naming the path or field.
@@ -134,6 +139,22 @@ pub fn plan(op: Op, session_id: u64) -> Plan {
             linearizable: false,
             op: ReadOp::SetWatches(r),
         }),
+        Op::GetEphemerals(r) => check_path(&r.prefix_path).map(|_| Plan::Read {
+            linearizable: false,
+            op: ReadOp::GetEphemerals(r),
+        }),
+        Op::CountDescendants(r) => check_path(&r.path).map(|_| Plan::Read {
+            linearizable: false,
+            op: ReadOp::CountDescendants(r),
+        }),
+        Op::CheckWatches(r) => check_path(&r.path).map(|_| Plan::Read {
+            linearizable: false,
+            op: ReadOp::CheckWatches(r),
+        }),
+        Op::MultiRead(r) => reads::check_multi(&r).map(|_| Plan::Read {
+            linearizable: false,
+            op: ReadOp::MultiRead(r),
+        }),
         Op::ClusterStatus(_) => Ok(Plan::ClusterStatus),
         Op::AddMember(r) => cluster::check_add(&r).map(|_| Plan::AddMember(r)),
         Op::RemoveMember(r) => cluster::check_remove(&r).map(|_| Plan::RemoveMember(r)),
@@ -149,9 +170,14 @@ pub fn read(
     tree: &DataTree,
     watches: &mut WatchRegistry,
     conn: ConnId,
+    session_id: u64,
     op: &ReadOp,
 ) -> (Result<Option<Res>, Failure>, Vec<pb::WatchEvent>) {
     match op {
+        ReadOp::GetEphemerals(r) => (reads::ephemerals(tree, session_id, r), vec![]),
+        ReadOp::CountDescendants(r) => (reads::count(tree, r), vec![]),
+        ReadOp::CheckWatches(r) => (watches::check(watches, conn, r), vec![]),
+        ReadOp::MultiRead(r) => (reads::multi(tree, watches, conn, r), vec![]),
         ReadOp::GetData(r) => (get_data::read(tree, watches, conn, r), vec![]),
         ReadOp::Exists(r) => (exists::read(tree, watches, conn, r), vec![]),
         ReadOp::GetChildren(r) => (get_children::read(tree, watches, conn, r), vec![]),

@@ -50,6 +50,24 @@ pub(super) fn remove(
     }
 }
 
+pub(super) fn check(
+    watches: &WatchRegistry,
+    conn: ConnId,
+    r: &pb::CheckWatchesRequest,
+) -> Result<Option<Res>, Failure> {
+    let Ok(kind) = WatcherType::try_from(r.watcher_type) else {
+        return Err(Failure::new(
+            ErrorCode::BadArguments,
+            format!("{}: unknown watcher type {}", r.path, r.watcher_type),
+        ));
+    };
+    if watches.has(conn, kind, &r.path) {
+        Ok(None)
+    } else {
+        Err(Failure::new(ErrorCode::NoWatcher, r.path.clone()))
+    }
+}
+
 pub(super) fn check_set(r: &pb::SetWatchesRequest) -> Result<(), Failure> {
     let lists = [
         &r.data_watches,

@@ -195,6 +195,29 @@ impl DataTree {
             .unwrap_or_default()
     }
 
+    /// How many nodes are below `path` (all descendants), or None if
+    /// `path` does not exist. Walks the subtree.
+    pub fn count_descendants(&self, path: &str) -> Option<u64> {
+        let node = self.nodes.get(path)?;
+        let mut count = 0u64;
+        let mut stack: Vec<String> = node
+            .children
+            .iter()
+            .map(|c| warden_protocol::path::join(path, c))
+            .collect();
+        while let Some(p) = stack.pop() {
+            count += 1;
+            if let Some(n) = self.nodes.get(&p) {
+                stack.extend(
+                    n.children
+                        .iter()
+                        .map(|c| warden_protocol::path::join(&p, c)),
+                );
+            }
+        }
+        Some(count)
+    }
+
     /// Number of nodes, the root included.
     pub fn node_count(&self) -> usize {
         self.nodes.len()

@@ -446,12 +446,14 @@ fn sequential_names_come_from_parent_cversion() {
     };
     assert_eq!(log.mk_with(seq("/q/n-")).0, "/q/n-0000000000");
     assert_eq!(log.mk_with(seq("/q/n-")).0, "/q/n-0000000001");
-    // A plain create and a delete under the same parent bump the counter.
+    // A plain create counts; a delete bumps cversion but, as in ZooKeeper,
+    // not the sequence (which counts the parent's child creations).
     log.mk("/q/plain");
     log.step(delete("/q/plain", None));
-    assert_eq!(log.mk_with(seq("/q/n-")).0, "/q/n-0000000004");
+    assert_eq!(log.stat("/q").cversion, 4);
+    assert_eq!(log.mk_with(seq("/q/n-")).0, "/q/n-0000000003");
     // A trailing slash names the child by the number alone.
-    assert_eq!(log.mk_with(seq("/q/")).0, "/q/0000000005");
+    assert_eq!(log.mk_with(seq("/q/")).0, "/q/0000000004");
 }
 
 #[test]
@@ -514,19 +516,16 @@ fn tree_with_cversion(cversion: i32) -> Log {
 }
 
 #[test]
-fn sequential_counter_wraps_like_zookeeper() {
-    let mut log = tree_with_cversion(i32::MAX);
+fn sequential_number_counts_creations_at_large_counts() {
+    // cversion = creations + deletions and num_children = creations -
+    // deletions: with no children left, creations = cversion / 2.
+    let mut log = tree_with_cversion(2_000_000_000);
     let seq = CreateTxn {
         sequential: true,
         ..create("/q/n")
     };
-    assert_eq!(log.mk_with(seq.clone()).0, "/q/n2147483647");
-    assert_eq!(log.stat("/q").cversion, i32::MIN);
-    // C's "%010d" of a negative number: sign, then zero padding to 10.
-    assert_eq!(log.mk_with(seq.clone()).0, "/q/n-2147483648");
-
-    let mut log = tree_with_cversion(-5);
-    assert_eq!(log.mk_with(seq).0, "/q/n-000000005");
+    assert_eq!(log.mk_with(seq.clone()).0, "/q/n1000000000");
+    assert_eq!(log.mk_with(seq).0, "/q/n1000000001");
 }
 
 // ------------------------------------------------------------------ delete

@@ -329,12 +329,17 @@ impl DataTree {
         if parent.ephemeral_owner != 0 {
             return fail(ErrorCode::NoChildrenForEphemerals);
         }
-        // ZooKeeper's rule: the suffix is the parent's cversion before this
-        // create bumps it, printed like C's "%010d" (which Rust's `{:010}`
-        // matches, sign included). Deletes bump cversion too, so numbers
-        // under one parent only ever grow (until the i32 wraps).
+        // ZooKeeper's rule: the suffix is the number of children the parent
+        // has had created so far (ZooKeeper keeps exactly that as its
+        // internal cversion and reports creates + deletes), printed like C's
+        // "%010d" (which Rust's `{:010}` matches, sign included). Our
+        // cversion is the reported one, creates + deletes, and
+        // num_children = creates - deletes, so creates = (cversion +
+        // num_children) / 2. Numbers under one parent only ever grow (until
+        // the i32 wraps); the differential test against ZooKeeper checks it.
         let new_path = if t.sequential {
-            format!("{requested}{:010}", parent.cversion)
+            let creates = ((i64::from(parent.cversion) + parent.children.len() as i64) / 2) as i32;
+            format!("{requested}{creates:010}")
         } else {
             requested.to_string()
         };

@@ -1,0 +1,295 @@
+//! Leader election: one leader at a time among the candidates of an
+//! election path, with a fencing token per term of office.
+//!
+//! # Design
+//!
+//! Each candidate creates an *ephemeral*-sequential node
+//! `<path>/c-<nonce>-<seq>` holding its id, under the container `<path>`.
+//! The candidate with the lowest sequence number leads; every other one
+//! watches only its predecessor (no herd when the leader goes) and looks
+//! again when that node goes. Leadership ends when the leader resigns
+//! (deletes its node) or its session ends (the server deletes the node);
+//! the next candidate in line then leads.
+//!
+//! The leader's **token** is the czxid of its node: strictly larger than
+//! every earlier leader's, so a resource that remembers the largest token
+//! it has seen can refuse a deposed leader that has not noticed yet.
+//!
+//! # Noticing a loss
+//!
+//! [`Leadership::lost`] resolves when the client sees its session end
+//! (`Expired`/`Closed`) or the node deleted. While the client is merely
+//! disconnected it cannot know: the server may expire the session at about
+//! the time the client gives up on it (the session timeout). A leader that
+//! must never overlap with its successor must fence its writes with the
+//! token rather than rely on noticing in time.
+//!
+//! [`LeaderElection::observe`] follows the election from outside: a
+//! persistent watch on the election path, re-reading the head on each
+//! child change and reporting it only when its token changed, so each
+//! leader change it sees is reported once.
+
+use std::future::Future;
+
+use futures::{Stream, StreamExt};
+use warden_client::{Client, CreateOptions, ErrorCode, EventType, PersistentWatch, SessionState};
+
+use crate::error::{Error, Result};
+use crate::lease::{create_member, dir_join, sorted_members, NodeGuard};
+
+/// Prefix of candidate nodes (the nonce and the sequence follow).
+const CANDIDATE_PREFIX: &str = "c-";
+
+/// Who leads an election.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderInfo {
+    /// The id the leader campaigned with.
+    pub id: String,
+    /// The czxid of its candidate node: its fencing token.
+    pub token: u64,
+}
+
+/// One candidate (or observer) of the election at `path`.
+#[derive(Debug, Clone)]
+pub struct LeaderElection {
+    client: Client,
+    path: String,
+    id: String,
+}
+
+impl LeaderElection {
+    /// A candidate named `id` in the election at `path` (created, with its
+    /// ancestors, as needed). Ids need not be unique; tokens are.
+    pub fn new(client: Client, path: impl Into<String>, id: impl Into<String>) -> Self {
+        Self {
+            client,
+            path: path.into(),
+            id: id.into(),
+        }
+    }
+
+    /// Joins the election and waits until this candidate leads. Dropping
+    /// the future withdraws the candidacy (in the background; at the latest
+    /// when the session ends).
+    pub async fn campaign(&self) -> Result<Leadership> {
+        let (me, _) = create_member(
+            &self.client,
+            &self.path,
+            CANDIDATE_PREFIX,
+            self.id.as_bytes(),
+            &CreateOptions::ephemeral_sequential(),
+        )
+        .await?;
+        let mut guard = NodeGuard::new(self.client.clone(), me.clone());
+        loop {
+            let children = match self.client.get_children(&self.path).await {
+                Ok((children, _)) => children,
+                Err(e) if e.code() == ErrorCode::NoNode => Vec::new(),
+                Err(e) => return Err(e.into()),
+            };
+            let queue = sorted_members(&children);
+            let Some(pos) = queue.iter().position(|c| dir_join(&self.path, c) == me) else {
+                return Err(Error::NotHolder(format!(
+                    "{me}: the candidate node was deleted"
+                )));
+            };
+            if pos == 0 {
+                let (_, stat) = match self.client.get_data(&me).await {
+                    Ok(found) => found,
+                    Err(e) if e.code() == ErrorCode::NoNode => {
+                        return Err(Error::NotHolder(format!(
+                            "{me}: the candidate node was deleted"
+                        )))
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                guard.disarm();
+                return Ok(Leadership {
+                    token: stat.czxid,
+                    id: self.id.clone(),
+                    node: me,
+                    client: self.client.clone(),
+                });
+            }
+            let predecessor = dir_join(&self.path, &queue[pos - 1]);
+            let (stat, watch) = self.client.exists_watch(&predecessor).await?;
+            if stat.is_some() {
+                // Any event (a data change too) means: look again.
+                watch.await?;
+            }
+        }
+    }
+
+    /// The current leader, if any.
+    pub async fn leader(&self) -> Result<Option<LeaderInfo>> {
+        current_leader(&self.client, &self.path).await
+    }
+
+    /// Every leader change, each reported once: first the current leader
+    /// (or `None`), then each new one (or `None` when nobody leads). Ends
+    /// after yielding an error (e.g. the session ended).
+    pub fn observe(&self) -> impl Stream<Item = Result<Option<LeaderInfo>>> + Send + 'static {
+        struct State {
+            client: Client,
+            path: String,
+            watch: Option<PersistentWatch>,
+            /// The token last reported (`Some(None)`: "nobody" was).
+            reported: Option<Option<u64>>,
+            done: bool,
+        }
+        let state = State {
+            client: self.client.clone(),
+            path: self.path.clone(),
+            watch: None,
+            reported: None,
+            done: false,
+        };
+        futures::stream::unfold(state, |mut s| async move {
+            if s.done {
+                return None;
+            }
+            loop {
+                // Set the watch before reading, so no change falls between.
+                let watch = match s.watch.as_mut() {
+                    Some(watch) => watch,
+                    None => match s.client.watch(&s.path, false).await {
+                        Ok(watch) => s.watch.insert(watch),
+                        Err(e) => {
+                            s.done = true;
+                            return Some((Err(e.into()), s));
+                        }
+                    },
+                };
+                if s.reported.is_some() {
+                    match watch.next().await {
+                        Some(Ok(_)) => {}
+                        Some(Err(e)) => {
+                            s.done = true;
+                            return Some((Err(e.into()), s));
+                        }
+                        None => {
+                            s.done = true;
+                            return Some((Err(Error::Client(warden_client::Error::Closed)), s));
+                        }
+                    }
+                }
+                match current_leader(&s.client, &s.path).await {
+                    Ok(leader) => {
+                        let token = leader.as_ref().map(|l| l.token);
+                        if s.reported != Some(token) {
+                            s.reported = Some(token);
+                            return Some((Ok(leader), s));
+                        }
+                    }
+                    Err(e) => {
+                        s.done = true;
+                        return Some((Err(e), s));
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// Reads the head of the election at `path`.
+async fn current_leader(client: &Client, path: &str) -> Result<Option<LeaderInfo>> {
+    loop {
+        let children = match client.get_children(path).await {
+            Ok((children, _)) => children,
+            Err(e) if e.code() == ErrorCode::NoNode => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let Some(head) = sorted_members(&children).into_iter().next() else {
+            return Ok(None);
+        };
+        match client.get_data(&dir_join(path, &head)).await {
+            Ok((data, stat)) => {
+                return Ok(Some(LeaderInfo {
+                    id: String::from_utf8_lossy(&data).into_owned(),
+                    token: stat.czxid,
+                }))
+            }
+            // It went between the two reads: look again.
+            Err(e) if e.code() == ErrorCode::NoNode => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Leadership won by [`LeaderElection::campaign`].
+#[derive(Debug)]
+pub struct Leadership {
+    /// The fencing token of this term of office (the node's czxid).
+    pub token: u64,
+    /// The id campaigned with.
+    pub id: String,
+    /// The leader's candidate node.
+    node: String,
+    client: Client,
+}
+
+impl Leadership {
+    /// The candidate node that holds the leadership.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// Steps down: deletes the node, so the next candidate leads. A node
+    /// already gone (the session ended) is not an error.
+    pub async fn resign(self) -> Result<()> {
+        match self.client.delete(&self.node, None).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.code() == ErrorCode::NoNode => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Resolves, with the reason, once this leadership is over: the
+    /// session ended (`SessionExpired` / `Closed`) or the node was deleted
+    /// (`NotHolder`). A mere disconnect does not resolve it (see the
+    /// module docs). Cancel-safe; call it as often as wanted.
+    pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
+        let client = self.client.clone();
+        let node = self.node.clone();
+        async move {
+            let mut states = client.session_events();
+            let deleted = || Error::NotHolder(format!("{node}: the leader's node was deleted"));
+            loop {
+                if let Some(e) = session_over(*states.borrow_and_update()) {
+                    return e;
+                }
+                match client.exists_watch(&node).await {
+                    Ok((None, _)) => return deleted(),
+                    Ok((Some(_), watch)) => {
+                        tokio::select! {
+                            event = watch => match event {
+                                Ok(event) if event.event_type == EventType::NodeDeleted => {
+                                    return deleted()
+                                }
+                                Ok(_) => {}
+                                Err(e) => return e.into(),
+                            },
+                            _ = states.wait_for(|s| s.is_terminal()) => {}
+                        }
+                    }
+                    Err(e) if e.is_retryable() => {
+                        // Disconnected: wait for the session to come back
+                        // or end.
+                        if states.changed().await.is_err() {
+                            return Error::Client(warden_client::Error::Closed);
+                        }
+                    }
+                    Err(e) => return e.into(),
+                }
+            }
+        }
+    }
+}
+
+fn session_over(state: SessionState) -> Option<Error> {
+    match state {
+        SessionState::Expired => Some(Error::Client(warden_client::Error::SessionExpired)),
+        SessionState::Closed => Some(Error::Client(warden_client::Error::Closed)),
+        SessionState::Connected | SessionState::Disconnected => None,
+    }
+}

@@ -1,0 +1,810 @@
+//! [`Mutex`]: a distributed, re-entrant lock with fencing tokens
+//! (the semantics of Curator's `InterProcessMutex`).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use warden_client::{Client, ConnectOptions};
+//! use warden_recipes::Mutex;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = Client::connect("127.0.0.1:7000", ConnectOptions::default()).await?;
+//! let lock = Mutex::new(client, "/locks/backup")?;
+//! if let Some(guard) = lock.acquire_timeout(Duration::from_secs(5)).await? {
+//!     let token = guard.fencing_token(); // send it with every write
+//!     let lost = guard.lost(); // resolves if the lock is lost meanwhile
+//!     # let _ = (token, lost);
+//!     guard.release().await?; // dropping the guard releases too
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # How it works
+//!
+//! The lock is a container node (`/locks/payments`, say). Each contender
+//! creates one ephemeral-sequential child, `_c_<random id>-lock-<seq>`, and
+//! the contender whose child has the lowest sequence number holds the lock.
+//! Everyone else watches only the child just before its own (its
+//! *predecessor*) with an exists-watch: a release wakes exactly one waiter,
+//! never the whole queue (no herd effect). When a predecessor goes, the
+//! waiter lists the children again rather than assuming it is now first,
+//! because the predecessor may have been a waiter that gave up, not the
+//! holder.
+//!
+//! Because the children are ephemeral, a holder whose process dies loses the
+//! lock once its session times out: the server deletes the node and the
+//! next waiter's watch fires.
+//!
+//! # Fencing tokens
+//!
+//! A grant's fencing token is the czxid of the winning node. Sequence
+//! numbers and zxids are assigned in the same (Raft log) order, so the
+//! holder always has the lowest czxid still present, and every later grant
+//! goes to a node created later: tokens strictly increase across grants.
+//! Hand the token to whatever the lock protects and let it refuse older
+//! tokens (see [`FencedResource`](crate::FencedResource)); that is what
+//! makes a holder that paused past its session timeout harmless.
+//!
+//! # Protected creation
+//!
+//! A create that fails with `ConnectionLoss` may still have been applied.
+//! Retrying blindly could leave an orphan node nobody will ever delete
+//! until the session ends — and that orphan would block the lock. So every
+//! attempt carries the same random id in the node's name, and after a
+//! connection loss the contender lists the children and adopts its own node
+//! if it is there before creating again.
+//!
+//! # Re-entrancy and handles
+//!
+//! A [`Mutex`] handle is one owner. Acquiring through a handle that already
+//! holds the lock just counts; the node is deleted by the last release.
+//! Clones share the client and the path but *not* the ownership: a clone is
+//! a separate contender, which is what another task of the same process
+//! wants. (Curator ties re-entrancy to a thread; tasks have no identity, so
+//! the handle plays that part.)
+//!
+//! # Cancellation
+//!
+//! A waiter that stops waiting — [`Mutex::acquire_timeout`] running out, or
+//! any acquire future being dropped — must not leave its node behind, or it
+//! would hold the lock later for nobody. A drop guard deletes the node in
+//! the background (or, if the create may have been in flight, finds it by
+//! its id and deletes it). A timeout deletes it before returning.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use warden_client::{Client, CreateOptions, ErrorCode, EventType, SessionState, Stat};
+use warden_protocol::path;
+
+use crate::error::{Error, Result};
+
+/// What every contender's node name contains between its id and its
+/// sequence number.
+const LOCK_NAME: &str = "-lock-";
+/// Prefix of a contender's node name, before its random id.
+const CONTENDER_PREFIX: &str = "_c_";
+/// How many times one step (create, delete, list) is retried after a
+/// retryable error (connection loss, timeout) before giving up.
+const RETRIES_MAX: u32 = 16;
+/// Pause before retrying a step while the session looks connected (after a
+/// request timeout, say); while disconnected we wait for the reconnect.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// How many times [`Mutex::holder`] re-reads when the holder's node vanishes
+/// between the listing and the stat.
+const HOLDER_READS_MAX: u32 = 16;
+
+/// A distributed, re-entrant mutex with fencing tokens.
+///
+/// Contenders queue as ephemeral-sequential children of the lock's path;
+/// the lowest holds, each waiter watches only its predecessor. A handle is
+/// one owner: acquiring again through a handle that holds the lock counts,
+/// and the last release deletes the node; a clone is a separate contender.
+/// A waiter that times out or is cancelled leaves no node behind. (The
+/// design, at length, is in the comment atop `recipes/src/mutex.rs`.)
+#[derive(Debug)]
+pub struct Mutex {
+    shared: Arc<Shared>,
+    owner: Arc<Owner>,
+}
+
+/// What all clones share.
+#[derive(Debug)]
+struct Shared {
+    client: Client,
+    path: String,
+}
+
+/// One owner's state: what it holds, and the counters tests read.
+#[derive(Debug, Default)]
+struct Owner {
+    /// Serialises acquisitions through this handle, so that two tasks using
+    /// the same handle never both create a node.
+    acquiring: tokio::sync::Mutex<()>,
+    held: std::sync::Mutex<Option<Held>>,
+    waits_woken: AtomicU64,
+}
+
+/// The grant an owner holds, and how many times it re-entered.
+#[derive(Debug, Clone)]
+struct Held {
+    node: String,
+    token: u64,
+    count: u32,
+}
+
+impl Clone for Mutex {
+    /// A separate contender on the same lock (see the module docs).
+    fn clone(&self) -> Self {
+        Mutex {
+            shared: self.shared.clone(),
+            owner: Arc::default(),
+        }
+    }
+}
+
+/// Who holds a lock, as [`Mutex::holder`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// Full path of the holder's node.
+    pub node: String,
+    /// The holder's session (the node's ephemeral owner).
+    pub session_id: u64,
+    /// The grant's fencing token (the node's czxid).
+    pub fencing_token: u64,
+    /// When the holder's node was created, in milliseconds since the Unix
+    /// epoch (the holder waited in line from then; it may have been granted
+    /// later).
+    pub since_ms: i64,
+}
+
+/// Why [`MutexGuard::lost`] resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockLost {
+    /// The node was deleted (by someone else, or by our own release).
+    NodeDeleted,
+    /// The session expired: the server deleted the node.
+    SessionExpired,
+    /// The session was closed.
+    SessionClosed,
+}
+
+impl std::fmt::Display for LockLost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LockLost::NodeDeleted => "the lock node was deleted",
+            LockLost::SessionExpired => "the session expired",
+            LockLost::SessionClosed => "the session was closed",
+        })
+    }
+}
+
+impl Mutex {
+    /// A handle on the lock whose container node is `path` (created on
+    /// demand, parents too, as containers). Nothing is sent yet.
+    pub fn new(client: Client, path: impl Into<String>) -> Result<Mutex> {
+        let path = path.into();
+        if let Err(e) = path::validate(&path) {
+            return Err(Error::BadArguments(format!(
+                "lock path {path:?}: {}",
+                e.reason
+            )));
+        }
+        if path == "/" {
+            return Err(Error::BadArguments("the lock path cannot be /".into()));
+        }
+        Ok(Mutex {
+            shared: Arc::new(Shared { client, path }),
+            owner: Arc::default(),
+        })
+    }
+
+    /// The lock's path.
+    pub fn path(&self) -> &str {
+        &self.shared.path
+    }
+
+    /// Waits as long as it takes for the lock.
+    pub async fn acquire(&self) -> Result<MutexGuard> {
+        let guard = self.acquire_until(Wait::Forever).await?;
+        guard.ok_or_else(|| Error::Corrupt("an unbounded wait ended without the lock".into()))
+    }
+
+    /// Takes the lock if it is free now; `None` if someone else holds it
+    /// (nothing is left behind).
+    pub async fn try_acquire(&self) -> Result<Option<MutexGuard>> {
+        self.acquire_until(Wait::No).await
+    }
+
+    /// Waits at most `timeout` for the lock; `None` if it did not come, in
+    /// which case this contender's node is already deleted.
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Option<MutexGuard>> {
+        self.acquire_until(Wait::Until(Instant::now() + timeout))
+            .await
+    }
+
+    /// How many times a waiter of this handle was woken by its
+    /// predecessor's watch. With no herd effect, one release wakes one
+    /// waiter in the whole queue.
+    pub fn waits_woken(&self) -> u64 {
+        self.owner.waits_woken.load(Ordering::Relaxed)
+    }
+
+    /// Whether this handle holds the lock, as far as it knows (the session
+    /// may have ended since; see [`MutexGuard::lost`]).
+    pub fn is_held_here(&self) -> bool {
+        self.owner.held().is_some()
+    }
+
+    /// The current holder, or `None` if the lock is free.
+    pub async fn holder(&self) -> Result<Option<Holder>> {
+        Ok(self.holder_in(&self.list().await?).await?.map(|(_, h)| h))
+    }
+
+    /// Waits until the holder differs from `last` (by node), then returns
+    /// the new one (`None`: the lock became free). Pass the value of
+    /// [`holder`](Self::holder) to follow every change.
+    pub async fn holder_changed(&self, last: Option<&Holder>) -> Result<Option<Holder>> {
+        let client = &self.shared.client;
+        let last_node = last.map(|h| h.node.as_str());
+        loop {
+            match client.get_children_watch(&self.shared.path).await {
+                Ok((children, _, changed)) => {
+                    let contenders = sorted_contenders(&children);
+                    let now = self.holder_in(&contenders).await?.map(|(_, h)| h);
+                    if now.as_ref().map(|h| h.node.as_str()) != last_node {
+                        return Ok(now);
+                    }
+                    changed.await?;
+                }
+                Err(e) if e.code() == ErrorCode::NoNode => {
+                    if last.is_some() {
+                        return Ok(None);
+                    }
+                    // Free and no container yet: wait for it to appear.
+                    let (stat, created) = client.exists_watch(&self.shared.path).await?;
+                    if stat.is_none() {
+                        created.await?;
+                    }
+                }
+                Err(e) if e.is_retryable() => pause_for(client).await,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// The sorted contenders now (empty if the container does not exist).
+    async fn list(&self) -> Result<Vec<Contender>> {
+        let client = &self.shared.client;
+        let mut attempt = 0;
+        loop {
+            match client.get_children(&self.shared.path).await {
+                Ok((children, _)) => return Ok(sorted_contenders(&children)),
+                Err(e) if e.code() == ErrorCode::NoNode => return Ok(Vec::new()),
+                Err(e) if e.is_retryable() && attempt < RETRIES_MAX => {
+                    attempt += 1;
+                    pause_for(client).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// The first contender of `contenders` that still exists, with its
+    /// stat; re-lists when nodes vanish under us.
+    async fn holder_in(&self, contenders: &[Contender]) -> Result<Option<(Contender, Holder)>> {
+        let client = &self.shared.client;
+        let mut contenders = contenders.to_vec();
+        for _ in 0..HOLDER_READS_MAX {
+            let Some(first) = contenders.first() else {
+                return Ok(None);
+            };
+            let node = path::join(&self.shared.path, &first.name);
+            if let Some(stat) = client.exists(&node).await? {
+                let holder = Holder {
+                    node,
+                    session_id: stat.ephemeral_owner,
+                    fencing_token: stat.czxid,
+                    since_ms: stat.ctime_ms,
+                };
+                return Ok(Some((first.clone(), holder)));
+            }
+            contenders = self.list().await?;
+        }
+        Err(Error::Corrupt(format!(
+            "{}: the holder kept vanishing while being read",
+            self.shared.path
+        )))
+    }
+
+    async fn acquire_until(&self, wait: Wait) -> Result<Option<MutexGuard>> {
+        let serial = match wait {
+            Wait::Until(deadline) => {
+                match tokio::time::timeout_at(deadline, self.owner.acquiring.lock()).await {
+                    Ok(serial) => serial,
+                    Err(_) => return Ok(None),
+                }
+            }
+            Wait::Forever | Wait::No => self.owner.acquiring.lock().await,
+        };
+        if let Some(guard) = self.reenter().await? {
+            return Ok(Some(guard));
+        }
+        let id = format!("{:032x}", rand::random::<u128>());
+        let mut pending = PendingNode {
+            client: self.shared.client.clone(),
+            parent: self.shared.path.clone(),
+            id: id.clone(),
+            node: None,
+            armed: true,
+        };
+        let (node, token) = self.create_protected(&id, &mut pending).await?;
+        match self.wait_for_turn(&node, wait).await {
+            Ok(true) => {}
+            Ok(false) => {
+                // Delete before returning, so that a caller that looks finds
+                // nothing left behind. If that fails, the drop guard stays
+                // armed and tries again in the background.
+                delete_retrying(&self.shared.client, &node).await?;
+                pending.armed = false;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        }
+        pending.armed = false;
+        *self.owner.lock_held() = Some(Held {
+            node: node.clone(),
+            token,
+            count: 1,
+        });
+        drop(serial);
+        Ok(Some(self.guard(node, token)))
+    }
+
+    /// A second acquisition by a handle that holds the lock: counts, after
+    /// checking the grant still stands.
+    async fn reenter(&self) -> Result<Option<MutexGuard>> {
+        let Some(held) = self.owner.held() else {
+            return Ok(None);
+        };
+        if self.shared.client.exists(&held.node).await?.is_none() {
+            *self.owner.lock_held() = None;
+            return Err(Error::NotHolder(format!(
+                "{}: the lock was lost ({} is gone)",
+                self.shared.path, held.node
+            )));
+        }
+        let mut state = self.owner.lock_held();
+        match state.as_mut() {
+            Some(h) if h.node == held.node => {
+                h.count += 1;
+                Ok(Some(self.guard(held.node, held.token)))
+            }
+            // Released meanwhile by a guard's drop: acquire afresh.
+            _ => Ok(None),
+        }
+    }
+
+    fn guard(&self, node: String, token: u64) -> MutexGuard {
+        MutexGuard {
+            shared: self.shared.clone(),
+            owner: self.owner.clone(),
+            node,
+            token,
+            released: false,
+        }
+    }
+
+    /// Creates this contender's node, making the container (and its
+    /// parents) as needed; after a connection loss, adopts the node if the
+    /// lost create went through. Returns the node's path and czxid.
+    async fn create_protected(&self, id: &str, pending: &mut PendingNode) -> Result<(String, u64)> {
+        let client = &self.shared.client;
+        let prefix = format!("{CONTENDER_PREFIX}{id}{LOCK_NAME}");
+        let base = path::join(&self.shared.path, &prefix);
+        let mut attempt = 0;
+        loop {
+            match client
+                .create(&base, b"", CreateOptions::ephemeral_sequential())
+                .await
+            {
+                Ok((node, stat)) => {
+                    pending.node = Some(node.clone());
+                    return Ok((node, stat.czxid));
+                }
+                Err(e) if e.code() == ErrorCode::NoNode && attempt < RETRIES_MAX => {
+                    // No container (yet, or any more: the server deletes an
+                    // empty one).
+                    attempt += 1;
+                    ensure_containers(client, &self.shared.path).await?;
+                }
+                Err(e) if e.is_retryable() && attempt < RETRIES_MAX => {
+                    attempt += 1;
+                    pause_for(client).await;
+                    if let Some((node, stat)) = find_own(client, &self.shared.path, id).await? {
+                        pending.node = Some(node.clone());
+                        return Ok((node, stat.czxid));
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Waits until `node` is the first contender. `Ok(false)`: the wait
+    /// ended first (the node is still there).
+    async fn wait_for_turn(&self, node: &str, wait: Wait) -> Result<bool> {
+        let client = &self.shared.client;
+        let own = path::name(node).to_string();
+        let mut attempt = 0;
+        loop {
+            let contenders = self.list().await?;
+            let Some(index) = contenders.iter().position(|c| c.name == own) else {
+                return Err(Error::NotHolder(format!(
+                    "{node}: our contender node vanished while waiting (session expired?)"
+                )));
+            };
+            if index == 0 {
+                return Ok(true);
+            }
+            if wait == Wait::No {
+                return Ok(false);
+            }
+            let predecessor = path::join(&self.shared.path, &contenders[index - 1].name);
+            let (stat, gone) = match client.exists_watch(&predecessor).await {
+                Ok(found) => found,
+                Err(e) if e.is_retryable() && attempt < RETRIES_MAX => {
+                    attempt += 1;
+                    pause_for(client).await;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if stat.is_none() {
+                continue; // Went before the watch was set: look again.
+            }
+            let fired = match wait {
+                Wait::Until(deadline) => match tokio::time::timeout_at(deadline, gone).await {
+                    Ok(fired) => fired,
+                    Err(_) => return Ok(false),
+                },
+                Wait::Forever | Wait::No => gone.await,
+            };
+            fired?;
+            self.owner.waits_woken.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Owner {
+    fn lock_held(&self) -> std::sync::MutexGuard<'_, Option<Held>> {
+        // A panic while holding this std mutex leaves plain data behind;
+        // the data is still consistent, so carry on.
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn held(&self) -> Option<Held> {
+        self.lock_held().clone()
+    }
+
+    /// Counts one release of `node`; true if it was the last one (the node
+    /// must go now).
+    fn release_one(&self, node: &str) -> bool {
+        let mut state = self.lock_held();
+        match state.as_mut() {
+            Some(h) if h.node == node && h.count > 1 => {
+                h.count -= 1;
+                false
+            }
+            Some(h) if h.node == node => {
+                *state = None;
+                true
+            }
+            // Already forgotten (lost and re-acquired): still delete ours.
+            _ => true,
+        }
+    }
+}
+
+/// How long an acquisition may wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    No,
+    Until(Instant),
+    Forever,
+}
+
+/// A contender's node name and its sequence number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Contender {
+    name: String,
+    seq: u64,
+}
+
+/// The children that are contenders, lowest sequence first. Other names
+/// are not ours and are ignored.
+fn sorted_contenders(children: &[String]) -> Vec<Contender> {
+    let mut contenders: Vec<Contender> = children
+        .iter()
+        .filter_map(|name| {
+            let (_, seq) = name.rsplit_once(LOCK_NAME)?;
+            let seq = seq.parse().ok()?;
+            Some(Contender {
+                name: name.clone(),
+                seq,
+            })
+        })
+        .collect();
+    contenders.sort_by_key(|c| c.seq);
+    contenders
+}
+
+/// Creates `lock_path` and every missing parent as containers; a node that
+/// already exists is fine.
+async fn ensure_containers(client: &Client, lock_path: &str) -> Result<()> {
+    let mut at = String::new();
+    for part in lock_path.split('/').filter(|p| !p.is_empty()) {
+        at.push('/');
+        at.push_str(part);
+        match client.create(&at, b"", CreateOptions::container()).await {
+            Ok(_) => {}
+            Err(e) if e.code() == ErrorCode::NodeExists => {}
+            // A parent vanished between our steps (an emptied container):
+            // the caller's create retries and we come back here.
+            Err(e) if e.code() == ErrorCode::NoNode => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Our node, by its id, if a create whose answer was lost went through.
+async fn find_own(client: &Client, parent: &str, id: &str) -> Result<Option<(String, Stat)>> {
+    let children = match client.get_children(parent).await {
+        Ok((children, _)) => children,
+        Err(e) if e.code() == ErrorCode::NoNode => return Ok(None),
+        Err(e) if e.is_retryable() => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let prefix = format!("{CONTENDER_PREFIX}{id}{LOCK_NAME}");
+    for name in children.iter().filter(|n| n.starts_with(&prefix)) {
+        let node = path::join(parent, name);
+        if let Some(stat) = client.exists(&node).await? {
+            return Ok(Some((node, stat)));
+        }
+    }
+    Ok(None)
+}
+
+/// Waits before a retry: for the reconnect if disconnected, else a short
+/// pause.
+async fn pause_for(client: &Client) {
+    let mut state = client.session_events();
+    if *state.borrow() == SessionState::Disconnected {
+        let _ = tokio::time::timeout(
+            warden_client::SESSION_TIMEOUT_DEFAULT,
+            state.wait_for(|s| *s != SessionState::Disconnected),
+        )
+        .await;
+    } else {
+        tokio::time::sleep(RETRY_PAUSE).await;
+    }
+}
+
+/// Deletes `node`, retrying through connection losses; a node already gone
+/// is fine.
+async fn delete_retrying(client: &Client, node: &str) -> Result<()> {
+    let mut attempt = 0;
+    loop {
+        match client.delete(node, None).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.code() == ErrorCode::NoNode => return Ok(()),
+            // The session is over: the server deletes the node itself.
+            Err(e) if e.code() == ErrorCode::SessionExpired => return Ok(()),
+            Err(e) if e.is_retryable() && attempt < RETRIES_MAX => {
+                attempt += 1;
+                pause_for(client).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Runs `future` on the current runtime, if any. Without one (a guard
+/// dropped outside tokio) there is nothing to run it on; the node then goes
+/// when the session ends.
+fn spawn_detached(future: impl Future<Output = ()> + Send + 'static) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(future);
+    }
+}
+
+/// Deletes a waiter's node if its acquisition is abandoned (the future
+/// dropped) before it is granted.
+struct PendingNode {
+    client: Client,
+    parent: String,
+    id: String,
+    /// Known once the create answered; before that, found by `id`.
+    node: Option<String>,
+    armed: bool,
+}
+
+impl Drop for PendingNode {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let client = self.client.clone();
+        let parent = self.parent.clone();
+        let id = self.id.clone();
+        let node = self.node.take();
+        spawn_detached(async move {
+            let node = match node {
+                Some(node) => Some(node),
+                None => find_own(&client, &parent, &id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|(n, _)| n),
+            };
+            if let Some(node) = node {
+                if let Err(e) = delete_retrying(&client, &node).await {
+                    tracing::warn!(%node, error = %e, "abandoned lock waiter's node not deleted");
+                }
+            }
+        });
+    }
+}
+
+/// A grant of the lock. Release it with [`release`](Self::release); dropping
+/// it releases in the background.
+#[derive(Debug)]
+#[must_use = "dropping the guard releases the lock"]
+pub struct MutexGuard {
+    shared: Arc<Shared>,
+    owner: Arc<Owner>,
+    node: String,
+    token: u64,
+    released: bool,
+}
+
+impl MutexGuard {
+    /// The grant's fencing token: the czxid of its node, strictly larger
+    /// than every earlier grant's.
+    pub fn fencing_token(&self) -> u64 {
+        self.token
+    }
+
+    /// The full path of the node that holds the lock.
+    pub fn node_path(&self) -> &str {
+        &self.node
+    }
+
+    /// Resolves when the lock is lost: the node is deleted (by someone
+    /// else, or by our own release), or the session expires or is closed.
+    /// It does not resolve on a mere disconnect: the session (and the lock)
+    /// may outlive it. The future owns what it needs, so it can be spawned
+    /// and outlive the guard.
+    pub fn lost(&self) -> impl Future<Output = LockLost> + Send + 'static {
+        watch_lost(self.shared.client.clone(), self.node.clone())
+    }
+
+    /// Releases this grant (the node is deleted by the last release of a
+    /// re-entered lock).
+    pub async fn release(mut self) -> Result<()> {
+        self.released = true;
+        if self.owner.release_one(&self.node) {
+            delete_retrying(&self.shared.client, &self.node).await?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for MutexGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        if self.owner.release_one(&self.node) {
+            let client = self.shared.client.clone();
+            let node = self.node.clone();
+            spawn_detached(async move {
+                if let Err(e) = delete_retrying(&client, &node).await {
+                    tracing::warn!(%node, error = %e, "lock node not deleted on drop");
+                }
+            });
+        }
+    }
+}
+
+/// The terminal reading of a session state, if it is one.
+fn ended(state: SessionState) -> Option<LockLost> {
+    match state {
+        SessionState::Expired => Some(LockLost::SessionExpired),
+        SessionState::Closed => Some(LockLost::SessionClosed),
+        SessionState::Connected | SessionState::Disconnected => None,
+    }
+}
+
+async fn watch_lost(client: Client, node: String) -> LockLost {
+    let mut session: watch::Receiver<SessionState> = client.session_events();
+    loop {
+        if let Some(lost) = ended(*session.borrow_and_update()) {
+            return lost;
+        }
+        let gone = match client.exists_watch(&node).await {
+            Ok((None, _)) => return LockLost::NodeDeleted,
+            Ok((Some(_), gone)) => gone,
+            Err(_) => {
+                // Disconnected, or a timeout: look again once something
+                // changes, or after a pause.
+                tokio::select! {
+                    changed = session.changed() => if changed.is_err() {
+                        return LockLost::SessionClosed;
+                    },
+                    _ = tokio::time::sleep(RETRY_PAUSE) => {}
+                }
+                continue;
+            }
+        };
+        tokio::pin!(gone);
+        loop {
+            tokio::select! {
+                event = &mut gone => match event {
+                    Ok(e) if e.event_type == EventType::NodeDeleted => return LockLost::NodeDeleted,
+                    // A data change (someone wrote to it) or the session
+                    // ending: the outer loop sorts it out.
+                    _ => break,
+                },
+                changed = session.changed() => {
+                    if changed.is_err() {
+                        return LockLost::SessionClosed;
+                    }
+                    if let Some(lost) = ended(*session.borrow_and_update()) {
+                        return lost;
+                    }
+                    // A disconnect or reconnect: the watch survives it.
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contenders_sort_by_sequence_not_by_id() {
+        let children = vec![
+            "_c_ff-lock-0000000012".to_string(),
+            "_c_00-lock-0000000010".to_string(),
+            "not-a-contender".to_string(),
+            "_c_aa-lock-0000000011".to_string(),
+        ];
+        let names: Vec<_> = sorted_contenders(&children)
+            .into_iter()
+            .map(|c| c.seq)
+            .collect();
+        assert_eq!(names, vec![10, 11, 12]);
+    }
+
+    #[test]
+    fn release_counts_reentries() {
+        let owner = Owner::default();
+        *owner.lock_held() = Some(Held {
+            node: "/l/n".into(),
+            token: 5,
+            count: 2,
+        });
+        assert!(!owner.release_one("/l/n"));
+        assert!(owner.release_one("/l/n"));
+        assert!(owner.held().is_none());
+        // A stale guard of a forgotten grant still deletes its own node.
+        assert!(owner.release_one("/l/other"));
+    }
+}

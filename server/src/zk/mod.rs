@@ -1,0 +1,67 @@
+//! The ZooKeeper-compatible door: ZooKeeper's own client protocol (jute)
+//! on `--zk-listen`, so existing ZooKeeper clients (kazoo, Curator, zkCli)
+//! work unchanged against the same tree, sessions and watches.
+//!
+//! It is a thin adapter: [`proto`] turns jute records into the native
+//! `pb::request::Op`s and native responses back into jute; [`conn`] hands
+//! them to the same core, through the same pipeline, as the native door.
+//! Nothing here decides anything about znodes.
+//!
+//! A connection whose first four bytes spell a four-letter word (`ruok`,
+//! `srvr`, ...) gets the operator's answer instead ([`fourletter`]).
+
+pub mod conn;
+pub mod fourletter;
+pub mod jute;
+pub mod proto;
+
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::core::CoreMsg;
+use crate::watch::ConnId;
+
+/// Accepts ZooKeeper clients until `stop`. Connection ids come from
+/// `next_conn` so they never collide with the native door's.
+pub async fn listen(
+    listener: TcpListener,
+    core: mpsc::Sender<CoreMsg>,
+    stop: CancellationToken,
+    next_conn: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.cancelled() => return,
+            a = listener.accept() => a,
+        };
+        let (mut stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                warn!(error = %e, "zk accept failed");
+                continue;
+            }
+        };
+        let conn: ConnId = next_conn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let core = core.clone();
+        tokio::spawn(async move {
+            let mut first4 = [0u8; 4];
+            let read = tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                stream.read_exact(&mut first4),
+            )
+            .await;
+            if !matches!(read, Ok(Ok(_))) {
+                debug!(%peer, "zk connection closed before its first bytes");
+                return;
+            }
+            if let Some(word) = fourletter::Word::parse(&first4) {
+                fourletter::answer(stream, word, core).await;
+            } else {
+                conn::serve(stream, peer, conn, core, first4).await;
+            }
+        });
+    }
+}

@@ -1,0 +1,126 @@
+//! The ZooKeeper port driven by a real third-party ZooKeeper client:
+//! Python's `kazoo` (from PyPI, installed by this test into a virtual
+//! environment under `target/`), running the pytest suite in
+//! `tests/zk/test_kazoo.py` against a real single server, and
+//! `tests/zk/cluster_run.py` against a 3-node cluster whose leader is killed
+//! mid-run.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use warden_testkit::{Cluster, Server};
+
+/// Pinned versions of the third-party client and the runner.
+const KAZOO: &str = "kazoo==2.11.0";
+const PYTEST: &str = "pytest==9.2.0";
+
+fn zk_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/zk")
+}
+
+/// `target/zk-venv`, created once (a lock directory keeps parallel tests
+/// from building it twice).
+fn venv() -> PathBuf {
+    let target = warden_testkit::binary("warden")
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/warden")
+        .to_path_buf();
+    let venv = target.join("zk-venv");
+    let ready = venv.join(".installed");
+    let lock = target.join("zk-venv.lock");
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        if ready.exists() {
+            return venv;
+        }
+        if std::fs::create_dir(&lock).is_ok() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "another test is still installing {}",
+            venv.display()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let run = |cmd: &mut Command| {
+        let out = cmd.output().expect("run python");
+        assert!(
+            out.status.success(),
+            "{cmd:?} failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let _ = std::fs::remove_dir_all(&venv);
+    run(Command::new("python3").arg("-m").arg("venv").arg(&venv));
+    run(Command::new(venv.join("bin/pip")).args([
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        KAZOO,
+        PYTEST,
+    ]));
+    std::fs::write(&ready, format!("{KAZOO} {PYTEST}\n")).expect("marker");
+    let _ = std::fs::remove_dir(&lock);
+    venv
+}
+
+#[test]
+fn kazoo_suite_against_one_server() {
+    let venv = venv();
+    let server = Server::start();
+    let out = Command::new(venv.join("bin/python"))
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .arg(zk_dir().join("test_kazoo.py"))
+        .env("WARDEN_ZK_HOSTS", server.zk_addr())
+        .output()
+        .expect("run pytest");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kazoo suite failed:\n{stdout}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.log()
+    );
+    assert!(stdout.contains("passed"), "{stdout}");
+}
+
+#[tokio::test]
+async fn kazoo_recipes_survive_a_leader_kill_on_three_nodes() {
+    let venv = venv();
+    let mut cluster = Cluster::start(3);
+    let mut child = Command::new(venv.join("bin/python"))
+        .arg(zk_dir().join("cluster_run.py"))
+        .env("WARDEN_ZK_HOSTS", cluster.zk_servers())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run cluster_run.py");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first = lines.next().and_then(Result::ok).unwrap_or_default();
+    assert_eq!(first, "ready", "cluster_run.py did not start");
+
+    let admin = warden_client::Client::connect(&cluster.servers(), Default::default())
+        .await
+        .unwrap();
+    let leader = admin.cluster_status().await.unwrap().leader_id as usize;
+    assert_ne!(leader, 0);
+    drop(admin);
+    cluster.kill9(leader);
+    writeln!(child.stdin.as_mut().expect("stdin"), "killed").unwrap();
+
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(
+        status.success() && rest.last().is_some_and(|l| l.starts_with("ok")),
+        "cluster_run.py failed ({status}):\n{}\n{stderr}",
+        rest.join("\n")
+    );
+}

@@ -1,0 +1,276 @@
+//! The ZooKeeper port at the byte level: four-letter words, persistent
+//! watches (which kazoo cannot set), and bad input.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use warden_client::{Client, ConnectOptions, CreateOptions};
+use warden_server::zk::jute::{Reader, Writer};
+use warden_testkit::Server;
+
+fn four_letter(addr: &str, word: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(word.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn four_letter_words_answer() {
+    let server = Server::start();
+    assert_eq!(four_letter(server.zk_addr(), "ruok"), "imok");
+    let srvr = four_letter(server.zk_addr(), "srvr");
+    assert!(srvr.contains("Mode: standalone"), "{srvr}");
+    assert!(srvr.contains("Zxid: 0x"), "{srvr}");
+    let mntr = four_letter(server.zk_addr(), "mntr");
+    assert!(mntr.contains("zk_znode_count\t"), "{mntr}");
+    let conf = four_letter(server.zk_addr(), "conf");
+    assert!(conf.contains("clientPort="), "{conf}");
+}
+
+/// A ZooKeeper client speaking raw jute.
+struct Jute(TcpStream);
+
+impl Jute {
+    fn connect(addr: &str) -> Jute {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut j = Jute(s);
+        let mut w = Writer::default();
+        w.int(0)
+            .long(0)
+            .int(10_000)
+            .long(0)
+            .buffer(&[0u8; 16])
+            .boolean(false);
+        j.send(&w.buf);
+        let body = j.recv().expect("ConnectResponse");
+        let mut r = Reader::new(&body);
+        assert_eq!(r.int("protocolVersion").unwrap(), 0);
+        assert!(r.int("timeOut").unwrap() > 0);
+        assert_ne!(r.long("sessionId").unwrap(), 0);
+        j
+    }
+
+    fn send(&mut self, body: &[u8]) {
+        self.0
+            .write_all(&(body.len() as u32).to_be_bytes())
+            .unwrap();
+        self.0.write_all(body).unwrap();
+    }
+
+    fn recv(&mut self) -> Option<Vec<u8>> {
+        let mut len = [0u8; 4];
+        self.0.read_exact(&mut len).ok()?;
+        let mut body = vec![0; u32::from_be_bytes(len) as usize];
+        self.0.read_exact(&mut body).ok()?;
+        Some(body)
+    }
+
+    /// Sends a request (header + body); returns the reply's (xid, err).
+    fn call(&mut self, xid: i32, op: i32, body: &[u8]) -> (i32, i32) {
+        let mut w = Writer::default();
+        w.int(xid).int(op);
+        w.buf.extend_from_slice(body);
+        self.send(&w.buf);
+        let reply = self.recv().expect("reply");
+        let mut r = Reader::new(&reply);
+        let x = r.int("xid").unwrap();
+        let _zxid = r.long("zxid").unwrap();
+        (x, r.int("err").unwrap())
+    }
+}
+
+#[tokio::test]
+async fn persistent_recursive_watch_through_the_zookeeper_port() {
+    let server = Server::start();
+    let native = Client::connect(server.addr(), ConnectOptions::default())
+        .await
+        .unwrap();
+    native
+        .create("/pw", b"", CreateOptions::default())
+        .await
+        .unwrap();
+
+    let mut zk = Jute::connect(server.zk_addr());
+    // addWatch(path, mode 1 = PERSISTENT_RECURSIVE)
+    let mut w = Writer::default();
+    w.string("/pw").int(1);
+    assert_eq!(zk.call(1, 106, &w.buf), (1, 0));
+
+    // Written through the native door, seen through the ZooKeeper one.
+    native
+        .create("/pw/a", b"", CreateOptions::default())
+        .await
+        .unwrap();
+    native.set_data("/pw/a", b"x", None).await.unwrap();
+    native.delete("/pw/a", None).await.unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let body = zk.recv().expect("notification");
+        let mut r = Reader::new(&body);
+        assert_eq!(r.int("xid").unwrap(), -1, "a watch notification");
+        let _ = r.long("zxid").unwrap();
+        let _ = r.int("err").unwrap();
+        let kind = r.int("type").unwrap();
+        let state = r.int("state").unwrap();
+        assert_eq!(state, 3, "SyncConnected");
+        seen.push((kind, r.string("path").unwrap()));
+    }
+    assert_eq!(
+        seen,
+        vec![
+            (1, "/pw/a".to_string()),
+            (3, "/pw/a".to_string()),
+            (2, "/pw/a".to_string())
+        ]
+    );
+}
+
+#[test]
+fn unknown_opcodes_and_malformed_records_get_zookeeper_errors() {
+    let server = Server::start();
+    let mut zk = Jute::connect(server.zk_addr());
+    // reconfig (16) is not supported: Unimplemented (-6), connection stays.
+    assert_eq!(zk.call(1, 16, &[]), (1, -6));
+    // getData with a truncated record: MarshallingError (-5).
+    assert_eq!(zk.call(2, 4, &[0, 0]), (2, -5));
+    // An illegal path: BadArguments (-8), as ZooKeeper answers.
+    let mut w = Writer::default();
+    w.string("no-slash").boolean(false);
+    assert_eq!(zk.call(3, 4, &w.buf), (3, -8));
+    // Still serving: exists("/") is answered.
+    let mut w = Writer::default();
+    w.string("/").boolean(false);
+    assert_eq!(zk.call(4, 3, &w.buf), (4, 0));
+}
+
+#[tokio::test]
+async fn ephemerals_counts_check_watches_and_multi_read() {
+    let server = Server::start();
+    let native = Client::connect(server.addr(), ConnectOptions::default())
+        .await
+        .unwrap();
+    native
+        .create("/t", b"data", CreateOptions::default())
+        .await
+        .unwrap();
+    native
+        .create("/t/a", b"", CreateOptions::default())
+        .await
+        .unwrap();
+    native
+        .create("/t/b", b"", CreateOptions::default())
+        .await
+        .unwrap();
+    native
+        .create("/t/b/c", b"", CreateOptions::default())
+        .await
+        .unwrap();
+
+    let mut zk = Jute::connect(server.zk_addr());
+    // create /e1 as EPHEMERAL (flags 1), open ACL.
+    let mut w = Writer::default();
+    w.string("/e1")
+        .buffer(b"")
+        .int(1)
+        .int(31)
+        .string("world")
+        .string("anyone")
+        .int(1);
+    assert_eq!(zk.call(1, 1, &w.buf), (1, 0));
+
+    // getEphemerals("/") lists this session's ephemerals.
+    let mut w = Writer::default();
+    w.string("/");
+    let reply = zk.call_body(2, 103, &w.buf);
+    assert_eq!(
+        Reader::new(&reply).strings("ephemerals").unwrap(),
+        vec!["/e1".to_string()]
+    );
+
+    // getAllChildrenNumber("/t") counts every descendant.
+    let mut w = Writer::default();
+    w.string("/t");
+    let reply = zk.call_body(3, 104, &w.buf);
+    assert_eq!(Reader::new(&reply).int("totalNumber").unwrap(), 3);
+
+    // checkWatches: none yet (NoWatcher -121); after exists(watch) there is one.
+    let mut w = Writer::default();
+    w.string("/t").int(2);
+    assert_eq!(zk.call(4, 17, &w.buf), (4, -121));
+    let mut e = Writer::default();
+    e.string("/t").boolean(true);
+    assert_eq!(zk.call(5, 3, &e.buf), (5, 0));
+    assert_eq!(zk.call(6, 17, &w.buf), (6, 0));
+
+    // multiRead: getData(/t) answered, getChildren(/missing) NoNode.
+    let mut w = Writer::default();
+    w.int(4).boolean(false).int(-1).string("/t").boolean(false);
+    w.int(8)
+        .boolean(false)
+        .int(-1)
+        .string("/missing")
+        .boolean(false);
+    w.int(-1).boolean(true).int(-1);
+    let reply = zk.call_body(7, 22, &w.buf);
+    let mut r = Reader::new(&reply);
+    assert_eq!(
+        (
+            r.int("type").unwrap(),
+            r.boolean("done").unwrap(),
+            r.int("err").unwrap()
+        ),
+        (4, false, 0)
+    );
+    assert_eq!(r.buffer("data").unwrap(), b"data");
+    // Stat: 4 longs, 3 ints, a long, 2 ints, a long.
+    for _ in 0..4 {
+        r.long("stat").unwrap();
+    }
+    let version = r.int("version").unwrap();
+    assert_eq!(version, 0);
+    r.int("cversion").unwrap();
+    r.int("aversion").unwrap();
+    r.long("ephemeralOwner").unwrap();
+    assert_eq!(r.int("dataLength").unwrap(), 4);
+    assert_eq!(r.int("numChildren").unwrap(), 2);
+    r.long("pzxid").unwrap();
+    // The second op failed on its own: an error result with NoNode.
+    assert_eq!(
+        (
+            r.int("type").unwrap(),
+            r.boolean("done").unwrap(),
+            r.int("err").unwrap()
+        ),
+        (-1, false, -101)
+    );
+    assert_eq!(r.int("error").unwrap(), -101);
+    assert_eq!(
+        (
+            r.int("type").unwrap(),
+            r.boolean("done").unwrap(),
+            r.int("err").unwrap()
+        ),
+        (-1, true, -1)
+    );
+}
+
+impl Jute {
+    /// Like `call`, but asserts success and returns the reply body.
+    fn call_body(&mut self, xid: i32, op: i32, body: &[u8]) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.int(xid).int(op);
+        w.buf.extend_from_slice(body);
+        self.send(&w.buf);
+        let reply = self.recv().expect("reply");
+        let mut r = Reader::new(&reply);
+        assert_eq!(r.int("xid").unwrap(), xid);
+        let _ = r.long("zxid").unwrap();
+        assert_eq!(r.int("err").unwrap(), 0, "op {op} failed");
+        reply[16..].to_vec()
+    }
+}
