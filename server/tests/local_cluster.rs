@@ -15,7 +15,7 @@ use warden_testkit::{process_exists, sigkill, sigterm, wait_until};
 
 /// Ports local-cluster uses above its base port: client, peer (+100) and
 /// HTTP (+200) ports of up to 3 nodes.
-const PORT_OFFSETS: [u16; 9] = [0, 1, 2, 100, 101, 102, 200, 201, 202];
+const PORT_OFFSETS: [u16; 12] = [0, 1, 2, 100, 101, 102, 200, 201, 202, 300, 301, 302];
 /// Base ports are tried in this range, below Linux's ephemeral ports
 /// (32768 and up) so that outgoing connections do not take them.
 const BASE_PORT_RANGE: std::ops::Range<u16> = 10_000..30_000;

@@ -33,6 +33,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// How many sets of ports a cluster start tries before giving up.
+const PORT_ATTEMPTS_MAX: u32 = 3;
+
 /// How long a server may take to print its ready line.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -225,6 +228,13 @@ impl Process {
     /// Waits until the launched process prints its ready line; panics
     /// with its log if it exits first or `deadline` passes.
     fn await_ready(&mut self, deadline: Instant) {
+        if let Err(e) = self.try_await_ready(deadline) {
+            panic!("{e}");
+        }
+    }
+
+    /// Like `await_ready`, but says why instead of panicking.
+    fn try_await_ready(&mut self, deadline: Instant) -> Result<(), String> {
         let rx = self.ready.take().expect("launch before await_ready");
         let timeout = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(timeout) {
@@ -233,6 +243,7 @@ impl Process {
                 if let Some(zk) = zk {
                     self.zk_listen = zk;
                 }
+                Ok(())
             }
             Err(e) => {
                 let why = match e {
@@ -244,7 +255,7 @@ impl Process {
                     }
                 };
                 self.kill9();
-                panic!("{} {why}; log:\n{}", self.name(), self.log());
+                Err(format!("{} {why}; log:\n{}", self.name(), self.log()))
             }
         }
     }
@@ -336,16 +347,38 @@ impl Server {
             .prefix("warden-test-")
             .tempdir()
             .expect("temp dir");
-        let process = Process::new(dir.path().to_path_buf(), "127.0.0.1:0".into(), None, opts);
-        let mut s = Server {
-            process,
-            dir: Some(dir),
-        };
-        // Built before waiting so that a failure to start runs Drop, which
-        // keeps the log.
-        s.process.launch();
-        s.process.await_ready(Instant::now() + READY_TIMEOUT);
-        s
+        // Ports below the ephemeral range, so that a restart finds its
+        // ports free again (see `free_ports`); a port taken between the
+        // check and the bind means another try on new ports.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let ports = free_ports(2);
+            let mut process = Process::new(
+                dir.path().to_path_buf(),
+                format!("127.0.0.1:{}", ports[0]),
+                None,
+                opts.clone(),
+            );
+            process.zk_listen = format!("127.0.0.1:{}", ports[1]);
+            let mut s = Server { process, dir: None };
+            s.process.launch();
+            match s.process.try_await_ready(Instant::now() + READY_TIMEOUT) {
+                Ok(()) => {
+                    s.dir = Some(dir);
+                    return s;
+                }
+                Err(e) if attempt < PORT_ATTEMPTS_MAX && e.contains("Address already in use") => {
+                    drop(s);
+                    let _ = std::fs::remove_dir_all(dir.path().join("data"));
+                }
+                Err(e) => {
+                    // Keep the log: Drop keeps the directory of a failing test.
+                    s.dir = Some(dir);
+                    panic!("{e}");
+                }
+            }
+        }
     }
 
     /// `host:port` of the client port.
@@ -439,11 +472,42 @@ impl Cluster {
             .prefix("warden-cluster-")
             .tempdir()
             .expect("temp dir");
-        // Client, peer and HTTP port of each node, all distinct.
-        let ports = free_ports(nodes * 3);
+        // A port checked free can still be taken before the node binds it
+        // (by another test's server): then start again on new ports.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut cluster = Self::build(&dir, members, nodes, &opts);
+            match cluster.try_restart_many(&(1..=members).collect::<Vec<_>>()) {
+                Ok(()) => {
+                    cluster.dir = Some(dir);
+                    return cluster;
+                }
+                Err(e) if attempt < PORT_ATTEMPTS_MAX && e.contains("Address already in use") => {
+                    drop(cluster);
+                    for id in 1..=nodes {
+                        let _ = std::fs::remove_dir_all(dir.path().join(format!("node-{id}")));
+                    }
+                }
+                Err(e) => {
+                    cluster.dir = Some(dir);
+                    panic!("{e}");
+                }
+            }
+        }
+    }
+
+    fn build(
+        dir: &tempfile::TempDir,
+        members: usize,
+        nodes: usize,
+        opts: &ServerOptions,
+    ) -> Cluster {
+        // Client, peer, HTTP and ZooKeeper port of each node, all distinct.
+        let ports = free_ports(nodes * 4);
         let addr = |port: u16| format!("127.0.0.1:{port}");
         let peer_list = |ids: std::ops::RangeInclusive<usize>| {
-            ids.map(|id| format!("{id}={}", addr(ports[3 * (id - 1) + 1])))
+            ids.map(|id| format!("{id}={}", addr(ports[4 * (id - 1) + 1])))
                 .collect::<Vec<_>>()
                 .join(",")
         };
@@ -453,7 +517,7 @@ impl Cluster {
         let all_peers = peer_list(1..=nodes);
         let processes = (1..=nodes)
             .map(|id| {
-                let base = 3 * (id - 1);
+                let base = 4 * (id - 1);
                 let membership = Membership {
                     id,
                     peers: if id > members {
@@ -465,22 +529,20 @@ impl Cluster {
                     http_listen: addr(ports[base + 2]),
                     join: id > members,
                 };
-                Process::new(
+                let mut process = Process::new(
                     dir.path().join(format!("node-{id}")),
                     addr(ports[base]),
                     Some(membership),
                     opts.clone(),
-                )
+                );
+                process.zk_listen = addr(ports[base + 3]);
+                process
             })
             .collect();
-        let mut cluster = Cluster {
+        Cluster {
             nodes: processes,
-            dir: Some(dir),
-        };
-        // Built before waiting so that a failure to start runs Drop, which
-        // keeps the logs.
-        cluster.restart_many(&(1..=members).collect::<Vec<_>>());
-        cluster
+            dir: None,
+        }
     }
 
     /// Starts spare node `i` with `--join`, without waiting: it becomes
@@ -596,6 +658,12 @@ impl Cluster {
     /// be ready (at most [`READY_TIMEOUT`] in all). Panics if one of them
     /// is still running.
     pub fn restart_many(&mut self, ids: &[usize]) {
+        if let Err(e) = self.try_restart_many(ids) {
+            panic!("{e}");
+        }
+    }
+
+    fn try_restart_many(&mut self, ids: &[usize]) -> Result<(), String> {
         for &i in ids {
             let node = self.node_mut(i);
             assert!(
@@ -608,8 +676,9 @@ impl Cluster {
         }
         let deadline = Instant::now() + READY_TIMEOUT;
         for &i in ids {
-            self.node_mut(i).await_ready(deadline);
+            self.node_mut(i).try_await_ready(deadline)?;
         }
+        Ok(())
     }
 
     fn node(&self, i: usize) -> &Process {
@@ -649,9 +718,26 @@ fn keep_on_panic(dir: &mut Option<tempfile::TempDir>, what: &str) {
 /// take. Another process could grab one in between; for tests on one
 /// machine that risk is accepted.
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
-        .collect();
+    use std::hash::{BuildHasher, Hasher};
+    // Below Linux's ephemeral range (32768..), so that no outgoing
+    // connection of a concurrently running test can be handed one of these
+    // between our check and the server's bind.
+    const LOW: u32 = 20_000;
+    const HIGH: u32 = 32_000;
+    let mut seed = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let mut listeners: Vec<TcpListener> = Vec::with_capacity(n);
+    while listeners.len() < n {
+        // xorshift: plenty for spreading picks over the range.
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let port = (LOW + (seed % u64::from(HIGH - LOW)) as u32) as u16;
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
+            listeners.push(l);
+        }
+    }
     listeners
         .iter()
         .map(|l| l.local_addr().expect("local addr of a bound socket").port())
