@@ -1,1 +1,5 @@
-//! Warden Jepsen-style fault-injection suite. (Lands with issue 7.)
+//! Warden's Jepsen-style fault-injection suite (issue 7). What exists so
+//! far: the register linearizability checker ([`linearizable`]) the
+//! `register` workload will judge its histories with.
+
+pub mod linearizable;
