@@ -113,6 +113,11 @@ pub enum CoreMsg {
     Closed { conn: ConnId },
     /// Operator figures.
     Stats { reply: oneshot::Sender<ServerStats> },
+    /// The member view (`wardenctl cluster status`, HTTP `/status`,
+    /// `/health`).
+    Cluster {
+        reply: oneshot::Sender<pb::ClusterStatusResponse>,
+    },
 }
 
 /// What the core reports to whoever started it.
@@ -671,6 +676,9 @@ impl Core {
             } => self.open_conn(conn, peer, door, out, closed, connect),
             CoreMsg::Stats { reply } => {
                 let _ = reply.send(self.stats());
+            }
+            CoreMsg::Cluster { reply } => {
+                let _ = reply.send(self.cluster_status());
             }
             CoreMsg::Request { conn, request } => self.request(conn, request),
             CoreMsg::Closed { conn } => self.m.drop_conn(conn, "connection closed"),
