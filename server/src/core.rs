@@ -88,6 +88,10 @@ pub struct ServerStats {
     pub connections: usize,
     pub watches: usize,
     pub ephemerals: usize,
+    /// Live sessions in the replicated session table.
+    pub sessions: usize,
+    /// New leaders this server has seen since it started.
+    pub leader_changes: u64,
     pub zk_port: u16,
     pub tick_ms: u64,
     pub min_session_timeout_ms: u32,
@@ -225,6 +229,8 @@ struct Machine {
     client_addr: String,
     /// Set when a new leader became known; the core then re-proposes.
     leader_changed: bool,
+    /// How many times a new leader became known (for `/metrics`).
+    leader_changes: u64,
     /// Set when a member was added: a snapshot that includes it is taken at
     /// once, so the new member can be initialized from it.
     snapshot_wanted: bool,
@@ -313,6 +319,7 @@ impl Core {
                 peer_status: HashMap::new(),
                 client_addr: client_addr.to_string(),
                 leader_changed: false,
+                leader_changes: 0,
                 snapshot_wanted: false,
                 applied_bytes: 0,
             },
@@ -953,6 +960,8 @@ impl Core {
                 .sessions()
                 .map(|(id, _)| self.m.tree.ephemerals(id).len())
                 .sum(),
+            sessions: self.m.tree.sessions().count(),
+            leader_changes: self.m.leader_changes,
             zk_port: self.m.cfg.zk_listen.map(|a| a.port()).unwrap_or(0),
             tick_ms: self.m.cfg.tick.as_millis() as u64,
             min_session_timeout_ms: self.m.cfg.min_session_timeout_ms,
@@ -1491,6 +1500,7 @@ impl ReadyHandler for Machine {
         self.role = ss.raft_state;
         if ss.leader_id != 0 && ss.leader_id != self.leader_id {
             self.leader_changed = true;
+            self.leader_changes += 1;
         }
         self.leader_id = ss.leader_id;
         self.touched.clear();

@@ -395,6 +395,9 @@ fn single_node_health_status_metrics_openapi() {
     );
     assert!(sample(&m2, "warden_raft_commit_index").expect("commit index") > 0.0);
     assert!(sample(&m2, "warden_znodes").expect("znodes") > 0.0);
+    // The gateway's own loopback session, and the first leader.
+    assert!(sample(&m2, "warden_sessions").expect("sessions") >= 1.0);
+    assert!(sample(&m2, "warden_raft_leader_changes_total").expect("leader changes") >= 1.0);
 
     let (st, doc) = get_json(http, "/api/v1/openapi.json");
     assert_eq!(st, 200);

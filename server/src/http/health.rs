@@ -15,7 +15,7 @@ use super::{error, Http};
 use crate::core::CoreMsg;
 
 /// How long a handler waits for the core's answer.
-const CORE_ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const CORE_ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 /// A server whose applied index trails the commit index by more than this
 /// many entries is not caught up.
 pub const HEALTH_LAG_MAX: u64 = 1000;
@@ -146,5 +146,75 @@ pub(crate) async fn health(State(http): State<Arc<Http>>) -> Response {
             })),
         )
             .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: u64, reachable: bool, lag: u64) -> pb::MemberStatus {
+        pb::MemberStatus {
+            id,
+            voter: true,
+            reachable,
+            lag,
+            ..Default::default()
+        }
+    }
+
+    fn view(me: u64, leader: u64, members: Vec<pb::MemberStatus>) -> pb::ClusterStatusResponse {
+        pb::ClusterStatusResponse {
+            server_id: me,
+            leader_id: leader,
+            members,
+        }
+    }
+
+    #[test]
+    fn healthy_with_a_leader_and_a_quorum() {
+        let s = view(
+            2,
+            1,
+            vec![member(1, true, 0), member(2, true, 0), member(3, false, 0)],
+        );
+        assert_eq!(unhealthy_reason(&s), None);
+    }
+
+    #[test]
+    fn unhealthy_without_leader_quorum_or_catch_up() {
+        let s = view(
+            2,
+            0,
+            vec![member(1, true, 0), member(2, true, 0), member(3, true, 0)],
+        );
+        assert!(unhealthy_reason(&s).unwrap().contains("no leader"));
+        // The member view marks only peers; this server counts as reachable.
+        let s = view(
+            2,
+            1,
+            vec![
+                member(1, false, 0),
+                member(2, false, 0),
+                member(3, false, 0),
+            ],
+        );
+        assert!(unhealthy_reason(&s).unwrap().contains("quorum"));
+        let s = view(
+            2,
+            1,
+            vec![member(1, false, 0), member(2, true, 0), member(3, true, 0)],
+        );
+        assert!(unhealthy_reason(&s).unwrap().contains("leader 1"));
+        let s = view(
+            2,
+            1,
+            vec![
+                member(1, true, 0),
+                member(2, true, HEALTH_LAG_MAX + 1),
+                member(3, true, 0),
+            ],
+        );
+        assert!(unhealthy_reason(&s).unwrap().contains("caught up"));
     }
 }

@@ -402,3 +402,44 @@ pub(crate) async fn state(State(http): State<Arc<Http>>, Path(name): Path<String
         Err(e) => recipe_error(&http, e, StatusCode::CONFLICT).await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_names() {
+        for ok in ["a", "jobs.nightly", "A-Z_0-9", &"n".repeat(NAME_LEN_MAX)] {
+            assert!(check_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "a b",
+            "é",
+            "a$",
+            &"n".repeat(NAME_LEN_MAX + 1),
+        ] {
+            assert!(check_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn alternative_field_names() {
+        let body: Map<String, Value> = serde_json::from_str(
+            r#"{"client_id": "c", "lease_time_ms": 1000, "block_time_ms": 5}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            ttl(&body, &["ttl_ms", "lease_time_ms"]).ok(),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(
+            optional_u64(&body, &["wait_timeout_ms", "block_time_ms"]).ok(),
+            Some(Some(5))
+        );
+        assert!(ttl(&body, &["extend_time_ms"]).is_err());
+    }
+}

@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 use warden_protocol::pb;
 
 use super::{error, health, Http};
-use crate::core::CoreMsg;
+use crate::core::{CoreMsg, ServerStats};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteCode {
@@ -49,7 +49,9 @@ pub(crate) struct Metrics {
     raft_commit_index: Gauge,
     raft_applied_index: Gauge,
     raft_leader_changes: Counter,
-    last_leader: Mutex<u64>,
+    /// The core's leader-change count at the last scrape.
+    leader_changes_seen: Mutex<u64>,
+    sessions: Gauge,
     znodes: Gauge,
     watches: Gauge,
     connections: Gauge,
@@ -97,7 +99,7 @@ impl Metrics {
         let raft_leader_changes = Counter::<u64, AtomicU64>::default();
         registry.register(
             "raft_leader_changes",
-            "Leader changes seen by this server's HTTP door",
+            "New leaders this server has seen since it started",
             raft_leader_changes.clone(),
         );
         let znodes = gauge(&mut registry, "znodes", "Znodes in the tree");
@@ -109,6 +111,7 @@ impl Metrics {
         let connections = gauge(&mut registry, "connections", "Client connections");
         let ephemerals = gauge(&mut registry, "ephemerals", "Ephemeral znodes");
         let members = gauge(&mut registry, "members", "Members of the Raft group");
+        let sessions = gauge(&mut registry, "sessions", "Live client sessions");
         Metrics {
             registry,
             requests,
@@ -119,7 +122,8 @@ impl Metrics {
             raft_commit_index,
             raft_applied_index,
             raft_leader_changes,
-            last_leader: Mutex::new(0),
+            leader_changes_seen: Mutex::new(0),
+            sessions,
             znodes,
             watches,
             connections,
@@ -161,12 +165,20 @@ impl Metrics {
             self.raft_applied_index.set(me.applied_index as i64);
         }
         self.members.set(s.members.len() as i64);
-        let mut last = self.last_leader.lock().expect("metrics mutex");
-        if s.leader_id != 0 && s.leader_id != *last {
-            if *last != 0 {
-                self.raft_leader_changes.inc();
-            }
-            *last = s.leader_id;
+    }
+
+    fn record_stats(&self, stats: &ServerStats) {
+        self.znodes.set(stats.nodes as i64);
+        self.watches.set(stats.watches as i64);
+        self.connections.set(stats.connections as i64);
+        self.ephemerals.set(stats.ephemerals as i64);
+        self.sessions.set(stats.sessions as i64);
+        // The core counts; the counter here catches up with it.
+        let mut seen = self.leader_changes_seen.lock().expect("metrics mutex");
+        if stats.leader_changes > *seen {
+            self.raft_leader_changes
+                .inc_by(stats.leader_changes - *seen);
+            *seen = stats.leader_changes;
         }
     }
 }
@@ -178,12 +190,8 @@ pub(crate) async fn metrics(State(http): State<Arc<Http>>) -> Response {
     }
     let (tx, rx) = oneshot::channel();
     if http.core.send(CoreMsg::Stats { reply: tx }).await.is_ok() {
-        if let Ok(stats) = rx.await {
-            let m = &http.metrics;
-            m.znodes.set(stats.nodes as i64);
-            m.watches.set(stats.watches as i64);
-            m.connections.set(stats.connections as i64);
-            m.ephemerals.set(stats.ephemerals as i64);
+        if let Ok(Ok(stats)) = tokio::time::timeout(health::CORE_ANSWER_TIMEOUT, rx).await {
+            http.metrics.record_stats(&stats);
         }
     }
     let mut text = String::new();
