@@ -441,3 +441,37 @@ fn cluster_follower_lock_api_and_health_on_quorum_loss() {
     assert_eq!(h["healthy"], false);
     assert!(h["reason"].as_str().is_some_and(|r| !r.is_empty()), "{h}");
 }
+
+#[test]
+fn lock_api_survives_a_server_restart() {
+    let mut server = Server::start();
+    let http = server.http_addr().to_string();
+    let (st, a) = post(
+        &http,
+        "/api/v1/locks/durable/acquire",
+        json!({"client_id": "w", "ttl_ms": 60000}),
+    );
+    assert_eq!(st, 200, "{a}");
+    server.stop();
+    server.restart();
+    assert_eq!(server.http_addr(), http, "the HTTP port is kept");
+    // The gateway's loopback session reconnects (or is replaced); meanwhile
+    // requests may answer 503.
+    let mut last = (0, Value::Null);
+    wait_until(
+        Duration::from_secs(20),
+        "the lock API answers again",
+        || {
+            last = get_json(&http, "/api/v1/locks/durable");
+            last.0 != 503
+        },
+    );
+    assert_eq!(last.0, 200, "{}", last.1);
+    assert_eq!(last.1["holder"]["fencing_token"], a["fencing_token"]);
+    let (st, r) = post(
+        &http,
+        "/api/v1/locks/durable/release",
+        json!({"client_id": "w", "fencing_token": a["fencing_token"]}),
+    );
+    assert_eq!(st, 200, "{r}");
+}

@@ -23,7 +23,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
 use tracing::{debug, warn};
-use warden_client::{Client, ConnectOptions, ErrorCode};
+use warden_client::{Client, ConnectOptions, ErrorCode, SessionState};
 use warden_recipes::{Error as RecipeError, Lease, LeaseLock};
 
 use super::{error, ApiError, Http};
@@ -44,7 +44,7 @@ pub(crate) struct Gateway {
     addr: SocketAddr,
     // A tokio mutex held across the connect on purpose: concurrent first
     // requests wait for one session instead of each opening their own.
-    lock: tokio::sync::Mutex<Option<LeaseLock>>,
+    lock: tokio::sync::Mutex<Option<(Client, LeaseLock)>>,
 }
 
 impl Gateway {
@@ -57,8 +57,12 @@ impl Gateway {
 
     async fn get(&self) -> Result<LeaseLock, ApiError> {
         let mut slot = self.lock.lock().await;
-        if let Some(lock) = slot.as_ref() {
-            return Ok(lock.clone());
+        if let Some((client, lock)) = slot.as_ref() {
+            let state = *client.session_events().borrow();
+            if !matches!(state, SessionState::Expired | SessionState::Closed) {
+                return Ok(lock.clone());
+            }
+            debug!(?state, "lock gateway session lost; connecting anew");
         }
         let client = Client::connect(&self.addr.to_string(), ConnectOptions::default())
             .await
@@ -70,8 +74,8 @@ impl Gateway {
                 )
             })?;
         debug!(session = client.session_id(), "lock gateway connected");
-        let lock = LeaseLock::new(client, LOCK_ROOT);
-        *slot = Some(lock.clone());
+        let lock = LeaseLock::new(client.clone(), LOCK_ROOT);
+        *slot = Some((client, lock.clone()));
         Ok(lock)
     }
 
