@@ -92,6 +92,12 @@ pub struct ServerStats {
     pub sessions: usize,
     /// New leaders this server has seen since it started.
     pub leader_changes: u64,
+    /// Proposals this server handed to raft.
+    pub proposals: u64,
+    /// The Ready loop's disk work.
+    pub io: crate::raft::node::IoCounters,
+    /// Size of the last snapshot this server took (0: none yet).
+    pub last_snapshot_bytes: u64,
     pub zk_port: u16,
     pub tick_ms: u64,
     pub min_session_timeout_ms: u32,
@@ -244,6 +250,10 @@ pub struct Core {
     next_request_id: u64,
     last_snapshot_index: u64,
     ticks: u64,
+    /// Proposals handed to raft by this server (for `/metrics`).
+    proposals: u64,
+    /// Size of the last snapshot this server took, in bytes.
+    last_snapshot_bytes: u64,
 }
 
 fn now_ms() -> i64 {
@@ -328,6 +338,8 @@ impl Core {
             // request.
             next_request_id: rand::random::<u64>() >> 1,
             last_snapshot_index: applied,
+            proposals: 0,
+            last_snapshot_bytes: 0,
             ticks: 0,
         })
     }
@@ -420,6 +432,7 @@ impl Core {
             let started = Instant::now();
             let data = self.m.tree.to_snapshot().encode_to_vec();
             let bytes = data.len();
+            self.last_snapshot_bytes = bytes as u64;
             self.raft.compact(applied, data)?;
             self.last_snapshot_index = applied;
             self.m.applied_bytes = 0;
@@ -630,6 +643,7 @@ impl Core {
             txn: Some(txn),
         }
         .encode_to_vec();
+        self.proposals += 1;
         self.raft.propose(proposal.clone()).map_err(|e| {
             debug!(error = %e, "proposal dropped");
             Failure::new(
@@ -962,6 +976,9 @@ impl Core {
                 .sum(),
             sessions: self.m.tree.sessions().count(),
             leader_changes: self.m.leader_changes,
+            proposals: self.proposals,
+            io: self.raft.io_counters(),
+            last_snapshot_bytes: self.last_snapshot_bytes,
             zk_port: self.m.cfg.zk_listen.map(|a| a.port()).unwrap_or(0),
             tick_ms: self.m.cfg.tick.as_millis() as u64,
             min_session_timeout_ms: self.m.cfg.min_session_timeout_ms,

@@ -398,6 +398,10 @@ fn single_node_health_status_metrics_openapi() {
     // The gateway's own loopback session, and the first leader.
     assert!(sample(&m2, "warden_sessions").expect("sessions") >= 1.0);
     assert!(sample(&m2, "warden_raft_leader_changes_total").expect("leader changes") >= 1.0);
+    let moved = |name: &str| sample(&m2, name).expect(name) > sample(&m, name).expect(name);
+    assert!(moved("warden_raft_proposals_total"), "{m2}");
+    assert!(moved("warden_raft_fsyncs_total"), "{m2}");
+    assert!(moved("warden_raft_appended_entries_total"), "{m2}");
 
     let (st, doc) = get_json(http, "/api/v1/openapi.json");
     assert_eq!(st, 200);

@@ -49,9 +49,18 @@ pub(crate) struct Metrics {
     raft_commit_index: Gauge,
     raft_applied_index: Gauge,
     raft_leader_changes: Counter,
-    /// The core's leader-change count at the last scrape.
-    leader_changes_seen: Mutex<u64>,
     sessions: Gauge,
+    // The core owns these running totals; each scrape advances the
+    // counters to them (see `catch_up`).
+    proposals: Counter,
+    fsyncs: Counter,
+    fsync_seconds: Counter<f64, AtomicU64>,
+    append_batches: Counter,
+    appended_entries: Counter,
+    snapshot_bytes: Gauge,
+    /// One scrape at a time advances the counters (two at once would add
+    /// the same difference twice).
+    scrape: Mutex<()>,
     znodes: Gauge,
     watches: Gauge,
     connections: Gauge,
@@ -112,6 +121,38 @@ impl Metrics {
         let ephemerals = gauge(&mut registry, "ephemerals", "Ephemeral znodes");
         let members = gauge(&mut registry, "members", "Members of the Raft group");
         let sessions = gauge(&mut registry, "sessions", "Live client sessions");
+        let counter = |registry: &mut Registry, name: &str, help: &str| {
+            let c = Counter::<u64, AtomicU64>::default();
+            registry.register(name, help, c.clone());
+            c
+        };
+        let proposals = counter(
+            &mut registry,
+            "raft_proposals",
+            "Proposals this server handed to raft",
+        );
+        let fsyncs = counter(&mut registry, "raft_fsyncs", "fsyncs of the raft log");
+        let fsync_seconds = Counter::<f64, AtomicU64>::default();
+        registry.register(
+            "raft_fsync_seconds",
+            "Time spent in raft log fsyncs; divided by raft_fsyncs: the mean fsync latency",
+            fsync_seconds.clone(),
+        );
+        let append_batches = counter(
+            &mut registry,
+            "raft_append_batches",
+            "Ready batches that appended entries to the raft log",
+        );
+        let appended_entries = counter(
+            &mut registry,
+            "raft_appended_entries",
+            "Entries appended to the raft log; divided by raft_append_batches: the group-commit batch size",
+        );
+        let snapshot_bytes = gauge(
+            &mut registry,
+            "snapshot_bytes",
+            "Size of the last snapshot this server took (0: none yet)",
+        );
         Metrics {
             registry,
             requests,
@@ -122,8 +163,14 @@ impl Metrics {
             raft_commit_index,
             raft_applied_index,
             raft_leader_changes,
-            leader_changes_seen: Mutex::new(0),
             sessions,
+            proposals,
+            fsyncs,
+            fsync_seconds,
+            append_batches,
+            appended_entries,
+            snapshot_bytes,
+            scrape: Mutex::new(()),
             znodes,
             watches,
             connections,
@@ -173,13 +220,26 @@ impl Metrics {
         self.connections.set(stats.connections as i64);
         self.ephemerals.set(stats.ephemerals as i64);
         self.sessions.set(stats.sessions as i64);
-        // The core counts; the counter here catches up with it.
-        let mut seen = self.leader_changes_seen.lock().expect("metrics mutex");
-        if stats.leader_changes > *seen {
-            self.raft_leader_changes
-                .inc_by(stats.leader_changes - *seen);
-            *seen = stats.leader_changes;
+        self.snapshot_bytes.set(stats.last_snapshot_bytes as i64);
+        let _one_at_a_time = self.scrape.lock().expect("metrics mutex");
+        catch_up(&self.raft_leader_changes, stats.leader_changes);
+        catch_up(&self.proposals, stats.proposals);
+        catch_up(&self.fsyncs, stats.io.fsyncs);
+        catch_up(&self.append_batches, stats.io.append_batches);
+        catch_up(&self.appended_entries, stats.io.appended_entries);
+        let spent = stats.io.fsync_time.as_secs_f64();
+        let seen = self.fsync_seconds.get();
+        if spent > seen {
+            self.fsync_seconds.inc_by(spent - seen);
         }
+    }
+}
+
+/// Advances `counter` to the core's running `total`.
+fn catch_up(counter: &Counter, total: u64) {
+    let seen = counter.get();
+    if total > seen {
+        counter.inc_by(total - seen);
     }
 }
 
