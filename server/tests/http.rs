@@ -433,6 +433,7 @@ fn cluster_follower_lock_api_and_health_on_quorum_loss() {
     assert_eq!(s["members"].as_array().expect("members").len(), 3);
     lock_contract(&http);
     alt_contract(&http);
+    bad_requests(&http);
 
     // Cut the follower off from its quorum.
     for &i in ids.iter().filter(|&&i| i != follower) {
