@@ -77,6 +77,14 @@ pub struct Lease {
     pub expires_at_ms: i64,
 }
 
+/// A held lease as seen by [`LeaseLock::state`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseState {
+    pub holder: Lease,
+    /// Queued acquires behind the holder.
+    pub waiters: usize,
+}
+
 /// Lease locks under one root path (e.g. `/leases`).
 #[derive(Debug, Clone)]
 pub struct LeaseLock {
@@ -254,6 +262,43 @@ impl LeaseLock {
             self.dir(name),
             "release kept losing version races",
         )))
+    }
+
+    /// Who holds lease `name` now and how many wait behind it; `None` when
+    /// it is free. A plain read: it may be a moment behind the leader.
+    pub async fn state(&self, name: &str) -> Result<Option<LeaseState>> {
+        check_name(name)?;
+        let dir = self.dir(name);
+        for _ in 0..GUARDED_ATTEMPTS_MAX {
+            let children = match self.client.get_children(&dir).await {
+                Ok((children, _)) => children,
+                Err(e) if e.code() == ErrorCode::NoNode => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            let queue = sorted_members(&children);
+            let Some(head) = queue.first() else {
+                return Ok(None);
+            };
+            let path = dir_join(&dir, head);
+            let (data, stat) = match self.client.get_data(&path).await {
+                Ok(found) => found,
+                // The holder went between the two reads: look again.
+                Err(e) if e.code() == ErrorCode::NoNode => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let (ttl_ms, client_id) = decode(&data)
+                .ok_or_else(|| Error::Corrupt(format!("{path}: not a lease node's data")))?;
+            return Ok(Some(LeaseState {
+                holder: Lease {
+                    name: name.to_string(),
+                    client_id,
+                    fencing_token: stat.czxid,
+                    expires_at_ms: expires_at_ms(&stat, ttl_ms),
+                },
+                waiters: queue.len() - 1,
+            }));
+        }
+        Ok(None)
     }
 
     /// The current holder's node: path, data, stat and TTL, if it is

@@ -88,6 +88,16 @@ pub struct ServerStats {
     pub connections: usize,
     pub watches: usize,
     pub ephemerals: usize,
+    /// Live sessions in the replicated session table.
+    pub sessions: usize,
+    /// New leaders this server has seen since it started.
+    pub leader_changes: u64,
+    /// Proposals this server handed to raft.
+    pub proposals: u64,
+    /// The Ready loop's disk work.
+    pub io: crate::raft::node::IoCounters,
+    /// Size of the last snapshot this server took (0: none yet).
+    pub last_snapshot_bytes: u64,
     pub zk_port: u16,
     pub tick_ms: u64,
     pub min_session_timeout_ms: u32,
@@ -113,6 +123,11 @@ pub enum CoreMsg {
     Closed { conn: ConnId },
     /// Operator figures.
     Stats { reply: oneshot::Sender<ServerStats> },
+    /// The member view (`wardenctl cluster status`, HTTP `/status`,
+    /// `/health`).
+    Cluster {
+        reply: oneshot::Sender<pb::ClusterStatusResponse>,
+    },
 }
 
 /// What the core reports to whoever started it.
@@ -220,6 +235,8 @@ struct Machine {
     client_addr: String,
     /// Set when a new leader became known; the core then re-proposes.
     leader_changed: bool,
+    /// How many times a new leader became known (for `/metrics`).
+    leader_changes: u64,
     /// Set when a member was added: a snapshot that includes it is taken at
     /// once, so the new member can be initialized from it.
     snapshot_wanted: bool,
@@ -233,6 +250,10 @@ pub struct Core {
     next_request_id: u64,
     last_snapshot_index: u64,
     ticks: u64,
+    /// Proposals handed to raft by this server (for `/metrics`).
+    proposals: u64,
+    /// Size of the last snapshot this server took, in bytes.
+    last_snapshot_bytes: u64,
 }
 
 fn now_ms() -> i64 {
@@ -308,6 +329,7 @@ impl Core {
                 peer_status: HashMap::new(),
                 client_addr: client_addr.to_string(),
                 leader_changed: false,
+                leader_changes: 0,
                 snapshot_wanted: false,
                 applied_bytes: 0,
             },
@@ -316,6 +338,8 @@ impl Core {
             // request.
             next_request_id: rand::random::<u64>() >> 1,
             last_snapshot_index: applied,
+            proposals: 0,
+            last_snapshot_bytes: 0,
             ticks: 0,
         })
     }
@@ -408,6 +432,7 @@ impl Core {
             let started = Instant::now();
             let data = self.m.tree.to_snapshot().encode_to_vec();
             let bytes = data.len();
+            self.last_snapshot_bytes = bytes as u64;
             self.raft.compact(applied, data)?;
             self.last_snapshot_index = applied;
             self.m.applied_bytes = 0;
@@ -618,6 +643,7 @@ impl Core {
             txn: Some(txn),
         }
         .encode_to_vec();
+        self.proposals += 1;
         self.raft.propose(proposal.clone()).map_err(|e| {
             debug!(error = %e, "proposal dropped");
             Failure::new(
@@ -671,6 +697,9 @@ impl Core {
             } => self.open_conn(conn, peer, door, out, closed, connect),
             CoreMsg::Stats { reply } => {
                 let _ = reply.send(self.stats());
+            }
+            CoreMsg::Cluster { reply } => {
+                let _ = reply.send(self.cluster_status());
             }
             CoreMsg::Request { conn, request } => self.request(conn, request),
             CoreMsg::Closed { conn } => self.m.drop_conn(conn, "connection closed"),
@@ -945,6 +974,11 @@ impl Core {
                 .sessions()
                 .map(|(id, _)| self.m.tree.ephemerals(id).len())
                 .sum(),
+            sessions: self.m.tree.sessions().count(),
+            leader_changes: self.m.leader_changes,
+            proposals: self.proposals,
+            io: self.raft.io_counters(),
+            last_snapshot_bytes: self.last_snapshot_bytes,
             zk_port: self.m.cfg.zk_listen.map(|a| a.port()).unwrap_or(0),
             tick_ms: self.m.cfg.tick.as_millis() as u64,
             min_session_timeout_ms: self.m.cfg.min_session_timeout_ms,
@@ -1483,6 +1517,7 @@ impl ReadyHandler for Machine {
         self.role = ss.raft_state;
         if ss.leader_id != 0 && ss.leader_id != self.leader_id {
             self.leader_changed = true;
+            self.leader_changes += 1;
         }
         self.leader_id = ss.leader_id;
         self.touched.clear();

@@ -15,6 +15,7 @@
 pub mod config;
 pub mod conn;
 pub mod core;
+pub mod http;
 pub mod local_cluster;
 pub mod ops;
 pub mod raft;

@@ -56,11 +56,13 @@ fn main() -> ExitCode {
             let result = rt.block_on(async {
                 let shutdown = shutdown_signal();
                 warden_server::serve::serve(cfg, shutdown, |bound| {
-                    // Tests and scripts wait for this line.
-                    match bound.zk {
-                        Some(zk) => println!("warden listening client={} zk={zk}", bound.client),
-                        None => println!("warden listening client={}", bound.client),
-                    }
+                    // Tests and scripts wait for this line, and read it field by
+                    // field (`name=value`), so fields may be added.
+                    let zk = bound.zk.map(|zk| format!(" zk={zk}")).unwrap_or_default();
+                    println!(
+                        "warden listening client={}{zk} http={}",
+                        bound.client, bound.http
+                    );
                     let _ = std::io::stdout().flush();
                 })
                 .await

@@ -35,6 +35,8 @@ pub struct Bound {
     pub client: SocketAddr,
     /// The ZooKeeper door's address, if it is on.
     pub zk: Option<SocketAddr>,
+    /// The HTTP door's address (lock API, `/metrics`, `/health`).
+    pub http: SocketAddr,
 }
 
 /// Runs a server until `shutdown` completes. `on_ready` is called once with
@@ -72,6 +74,19 @@ pub async fn serve(
         None => None,
     };
     let zk_addr = zk_listener.as_ref().and_then(|l| l.local_addr().ok());
+    let http_listener =
+        TcpListener::bind(cfg.http_listen)
+            .await
+            .map_err(|source| ServeError::Listen {
+                addr: cfg.http_listen,
+                source,
+            })?;
+    let http_addr = http_listener
+        .local_addr()
+        .map_err(|source| ServeError::Listen {
+            addr: cfg.http_listen,
+            source,
+        })?;
     let stop_peers = CancellationToken::new();
     let (peer_tx, peer_rx) = mpsc::channel::<PeerFrame>(PEER_INBOX_MAX);
     tokio::spawn(transport::listen(
@@ -125,9 +140,11 @@ pub async fn serve(
         if let Some(zk) = zk_addr {
             info!(%zk, "ZooKeeper clients welcome");
         }
+        info!(http = %http_addr, "HTTP door open");
         on_ready(Bound {
             client,
             zk: zk_addr,
+            http: http_addr,
         });
     }
 
@@ -142,6 +159,12 @@ pub async fn serve(
         ));
     }
     if !stopping {
+        tokio::spawn(crate::http::serve(
+            http_listener,
+            core_tx.clone(),
+            client,
+            stop_peers.clone(),
+        ));
         loop {
             tokio::select! {
                 _ = &mut shutdown => {

@@ -122,11 +122,13 @@ struct Process {
     listen: String,
     /// ZooKeeper-protocol address, fixed like `listen` after the first start.
     zk_listen: String,
+    /// HTTP address, fixed like `listen` after the first start.
+    http_listen: String,
     membership: Option<Membership>,
     opts: ServerOptions,
     child: Option<Child>,
     /// Receives the addresses from the ready line of the launched child.
-    ready: Option<mpsc::Receiver<(String, Option<String>)>>,
+    ready: Option<mpsc::Receiver<ReadyLine>>,
     starts: u32,
 }
 
@@ -141,6 +143,10 @@ impl Process {
             dir,
             listen,
             zk_listen: "127.0.0.1:0".to_string(),
+            http_listen: membership
+                .as_ref()
+                .map(|m| m.http_listen.clone())
+                .unwrap_or_else(|| "127.0.0.1:0".to_string()),
             membership,
             opts,
             child: None,
@@ -186,6 +192,8 @@ impl Process {
             .arg(&self.listen)
             .arg("--zk-listen")
             .arg(&self.zk_listen)
+            .arg("--http-listen")
+            .arg(&self.http_listen)
             .arg("--tick-ms")
             .arg(self.opts.tick_ms.to_string())
             .arg("--min-session-timeout-ms")
@@ -199,9 +207,7 @@ impl Process {
                 .arg("--peers")
                 .arg(&m.peers)
                 .arg("--peer-listen")
-                .arg(&m.peer_listen)
-                .arg("--http-listen")
-                .arg(&m.http_listen);
+                .arg(&m.peer_listen);
             if m.join {
                 cmd.arg("--join");
             }
@@ -238,10 +244,13 @@ impl Process {
         let rx = self.ready.take().expect("launch before await_ready");
         let timeout = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(timeout) {
-            Ok((client, zk)) => {
-                self.listen = client;
-                if let Some(zk) = zk {
+            Ok(line) => {
+                self.listen = line.client;
+                if let Some(zk) = line.zk {
                     self.zk_listen = zk;
+                }
+                if let Some(http) = line.http {
+                    self.http_listen = http;
                 }
                 Ok(())
             }
@@ -307,10 +316,17 @@ impl Process {
     }
 }
 
+/// The addresses a ready line names.
+struct ReadyLine {
+    client: String,
+    zk: Option<String>,
+    http: Option<String>,
+}
+
 fn forward_stdout(
     stdout: std::process::ChildStdout,
     mut log: File,
-    ready: mpsc::Sender<(String, Option<String>)>,
+    ready: mpsc::Sender<ReadyLine>,
 ) {
     for line in BufReader::new(stdout).lines() {
         let Ok(line) = line else { break };
@@ -325,7 +341,11 @@ fn forward_stdout(
                     .map(str::to_string)
             };
             if let Some(client) = field("client=") {
-                let _ = ready.send((client, field("zk=")));
+                let _ = ready.send(ReadyLine {
+                    client,
+                    zk: field("zk="),
+                    http: field("http="),
+                });
             }
         }
     }
@@ -353,7 +373,7 @@ impl Server {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let ports = free_ports(2);
+            let ports = free_ports(3);
             let mut process = Process::new(
                 dir.path().to_path_buf(),
                 format!("127.0.0.1:{}", ports[0]),
@@ -361,6 +381,7 @@ impl Server {
                 opts.clone(),
             );
             process.zk_listen = format!("127.0.0.1:{}", ports[1]);
+            process.http_listen = format!("127.0.0.1:{}", ports[2]);
             let mut s = Server { process, dir: None };
             s.process.launch();
             match s.process.try_await_ready(Instant::now() + READY_TIMEOUT) {
@@ -381,12 +402,17 @@ impl Server {
         }
     }
 
-    /// `host:port` of the client port.
     /// `host:port` of the ZooKeeper-protocol port.
     pub fn zk_addr(&self) -> &str {
         &self.process.zk_listen
     }
 
+    /// `host:port` of the HTTP port.
+    pub fn http_addr(&self) -> &str {
+        &self.process.http_listen
+    }
+
+    /// `host:port` of the client port.
     pub fn addr(&self) -> &str {
         &self.process.listen
     }
@@ -585,6 +611,11 @@ impl Cluster {
     /// `host:port` of node `i`'s ZooKeeper-protocol port.
     pub fn zk_addr(&self, i: usize) -> &str {
         &self.node(i).zk_listen
+    }
+
+    /// `host:port` of node `i`'s HTTP port.
+    pub fn http_addr(&self, i: usize) -> &str {
+        &self.node(i).http_listen
     }
 
     /// The ZooKeeper connect string: every node's ZooKeeper address.

@@ -6,6 +6,8 @@
 //! raft's business (applying entries to the tree, sending messages to peers,
 //! answering reads) is handed to a [`ReadyHandler`].
 
+use std::time::Duration;
+
 use protobuf::Message as _;
 use raft::eraftpb::{
     ConfChange, ConfChangeType, ConfChangeV2, ConfState, Entry, EntryType, Message, Snapshot,
@@ -41,6 +43,20 @@ pub struct RaftTiming {
 
 pub struct RaftNode {
     raw: RawNode<DiskStorage>,
+    io: IoCounters,
+}
+
+/// Running totals of the Ready loop's disk work, for `/metrics`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IoCounters {
+    /// fsyncs issued (one per Ready that wrote anything).
+    pub fsyncs: u64,
+    /// Time spent in them.
+    pub fsync_time: Duration,
+    /// Ready batches that appended entries, and the entries they appended
+    /// (their ratio is the group-commit batch size).
+    pub append_batches: u64,
+    pub appended_entries: u64,
 }
 
 impl RaftNode {
@@ -76,7 +92,10 @@ impl RaftNode {
         if voters == [id] && raw.raft.prs().conf().voters().ids().len() == 1 {
             raw.campaign()?;
         }
-        Ok(Self { raw })
+        Ok(Self {
+            raw,
+            io: IoCounters::default(),
+        })
     }
 
     pub fn id(&self) -> u64 {
@@ -143,6 +162,11 @@ impl RaftNode {
         self.raw.mut_store().compact_to_snapshot(applied, data)
     }
 
+    /// Disk work done so far.
+    pub fn io_counters(&self) -> IoCounters {
+        self.io
+    }
+
     /// Handles one Ready, in raft-rs's documented order.
     pub fn on_ready(&mut self, handler: &mut impl ReadyHandler) -> Result<(), NodeError> {
         if !self.raw.has_ready() {
@@ -181,13 +205,18 @@ impl RaftNode {
         if !ready.entries().is_empty() {
             store.append(ready.entries())?;
             dirty = true;
+            self.io.append_batches += 1;
+            self.io.appended_entries += ready.entries().len() as u64;
         }
         if let Some(hs) = ready.hs() {
             store.set_hard_state(hs.clone())?;
             dirty = true;
         }
         if dirty || ready.must_sync() {
+            let started = std::time::Instant::now();
             store.sync()?;
+            self.io.fsyncs += 1;
+            self.io.fsync_time += started.elapsed();
         }
 
         // 5. Messages that must wait for persistence.

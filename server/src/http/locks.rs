@@ -1,0 +1,449 @@
+//! The REST lock API: the recipes' lease lock behind JSON.
+//!
+//! Two body contracts reach the same three operations:
+//! - `/api/v1/locks/{name}/acquire|renew|release` with `ttl_ms`,
+//!   `wait_timeout_ms`; a stale token answers 409;
+//! - `/api/v1/locks/acquire|renew|release` with the name in the body as
+//!   `lock_key` and `lease_time_ms`, `block_time_ms`, `extend_time_ms`
+//!   accepted for `ttl_ms`, `wait_timeout_ms` and the renewal's `ttl_ms`;
+//!   a stale renew answers 403.
+//!
+//! The gateway is a client of its own server over loopback (one session,
+//! connected on first use, replaced if it is lost). It checks the JSON and
+//! the bounds below and nothing else: the lock's rules are the recipe's.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Map, Value};
+use tracing::{debug, warn};
+use warden_client::{Client, ConnectOptions, ErrorCode, SessionState};
+use warden_recipes::{Error as RecipeError, Lease, LeaseLock};
+
+use super::{error, ApiError, Http};
+
+/// Where the HTTP door keeps its locks.
+pub const LOCK_ROOT: &str = "/warden/http-locks";
+/// The longest lease one request may ask for: 24 hours.
+pub const TTL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+/// The longest one acquire may wait: 5 minutes.
+pub const WAIT_TIMEOUT_MS_MAX: u64 = 5 * 60 * 1000;
+/// Lock names: one path segment of `[A-Za-z0-9._-]`, at most this long.
+pub const NAME_LEN_MAX: usize = 128;
+/// Client ids: at most this many bytes, no control characters.
+pub const CLIENT_ID_LEN_MAX: usize = 256;
+
+/// The loopback session the lock API runs on.
+pub(crate) struct Gateway {
+    addr: SocketAddr,
+    // A tokio mutex held across the connect on purpose: concurrent first
+    // requests wait for one session instead of each opening their own.
+    lock: tokio::sync::Mutex<Option<(Client, LeaseLock)>>,
+}
+
+impl Gateway {
+    pub(crate) fn new(addr: SocketAddr) -> Self {
+        Gateway {
+            addr,
+            lock: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    async fn get(&self) -> Result<LeaseLock, ApiError> {
+        let mut slot = self.lock.lock().await;
+        if let Some((client, lock)) = slot.as_ref() {
+            let state = *client.session_events().borrow();
+            if !matches!(state, SessionState::Expired | SessionState::Closed) {
+                return Ok(lock.clone());
+            }
+            debug!(?state, "lock gateway session lost; connecting anew");
+        }
+        let client = Client::connect(&self.addr.to_string(), ConnectOptions::default())
+            .await
+            .map_err(|e| {
+                warn!(error = %e, "the lock gateway cannot reach its own server");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("cannot reach the service: {e}"),
+                )
+            })?;
+        debug!(session = client.session_id(), "lock gateway connected");
+        let lock = LeaseLock::new(client.clone(), LOCK_ROOT);
+        *slot = Some((client, lock.clone()));
+        Ok(lock)
+    }
+
+    /// Drops the session if `e` says it is gone, so the next request
+    /// connects anew.
+    async fn after_error(&self, e: &RecipeError) {
+        if let RecipeError::Client(c) = e {
+            if c.code() == ErrorCode::SessionExpired {
+                *self.lock.lock().await = None;
+            }
+        }
+    }
+}
+
+/// Which body contract a request came in by.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Contract {
+    /// `/api/v1/locks/{name}/...`
+    Path,
+    /// `/api/v1/locks/acquire` etc., name in `lock_key`.
+    Body,
+}
+
+/// A 400 answer naming the problem.
+fn bad(message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, message)
+}
+
+fn parse_body(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(bad("the body must be a JSON object")),
+        Err(e) => Err(bad(format!("malformed JSON: {e}"))),
+    }
+}
+
+/// The first of `names` present in `body`.
+fn find<'a>(body: &'a Map<String, Value>, names: &[&str]) -> Option<(&'a Value, String)> {
+    names
+        .iter()
+        .find_map(|n| body.get(*n).map(|v| (v, n.to_string())))
+}
+
+fn required_u64(body: &Map<String, Value>, names: &[&str]) -> Result<u64, ApiError> {
+    match find(body, names) {
+        None => Err(bad(format!("missing field {}", names.join(" or ")))),
+        Some((v, name)) => v
+            .as_u64()
+            .ok_or_else(|| bad(format!("{name} must be a non-negative integer"))),
+    }
+}
+
+fn optional_u64(body: &Map<String, Value>, names: &[&str]) -> Result<Option<u64>, ApiError> {
+    match find(body, names) {
+        None | Some((Value::Null, _)) => Ok(None),
+        Some(_) => required_u64(body, names).map(Some),
+    }
+}
+
+fn required_str<'a>(body: &'a Map<String, Value>, name: &str) -> Result<&'a str, ApiError> {
+    match body.get(name) {
+        None => Err(bad(format!("missing field {name}"))),
+        Some(v) => v
+            .as_str()
+            .ok_or_else(|| bad(format!("{name} must be a string"))),
+    }
+}
+
+fn check_name(name: &str) -> Result<(), ApiError> {
+    let legal = !name.is_empty()
+        && name.len() <= NAME_LEN_MAX
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if legal {
+        Ok(())
+    } else {
+        Err(bad(format!(
+            "illegal lock name {name:?}: 1 to {NAME_LEN_MAX} characters of [A-Za-z0-9._-], not \".\" or \"..\""
+        )))
+    }
+}
+
+fn client_id(body: &Map<String, Value>) -> Result<String, ApiError> {
+    let id = required_str(body, "client_id")?;
+    if id.is_empty() || id.len() > CLIENT_ID_LEN_MAX || id.chars().any(char::is_control) {
+        return Err(bad(format!(
+            "client_id must be 1 to {CLIENT_ID_LEN_MAX} bytes without control characters"
+        )));
+    }
+    Ok(id.to_string())
+}
+
+fn ttl(body: &Map<String, Value>, names: &[&str]) -> Result<Duration, ApiError> {
+    let ms = required_u64(body, names)?;
+    if ms == 0 || ms > TTL_MS_MAX {
+        let name = find(body, names).map(|(_, n)| n).unwrap_or_default();
+        return Err(bad(format!(
+            "{name} must be between 1 and {TTL_MS_MAX} ms, not {ms}"
+        )));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+/// The lock name: from the path, or from `lock_key` in the body.
+fn lock_name(
+    contract: Contract,
+    path: Option<String>,
+    body: &Map<String, Value>,
+) -> Result<String, ApiError> {
+    let name = match (contract, path) {
+        (Contract::Path, Some(name)) => name,
+        _ => required_str(body, "lock_key")?.to_string(),
+    };
+    check_name(&name)?;
+    Ok(name)
+}
+
+/// Maps a recipe failure to a status; `stale` is the status for a token
+/// that does not hold the lock.
+async fn recipe_error(http: &Http, e: RecipeError, stale: StatusCode) -> Response {
+    http.locks.after_error(&e).await;
+    match &e {
+        RecipeError::NotHolder(m) => error(stale, m.clone()),
+        RecipeError::BadArguments(m) => bad(m.clone()).into_response(),
+        RecipeError::Client(c) if c.is_retryable() || c.code() == ErrorCode::SessionExpired => {
+            error(StatusCode::SERVICE_UNAVAILABLE, c.to_string())
+        }
+        RecipeError::Client(c) if c.code() == ErrorCode::BadArguments => {
+            bad(c.to_string()).into_response()
+        }
+        _ => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+fn holder_json(lease: &Lease) -> Value {
+    json!({
+        "client_id": lease.client_id,
+        "fencing_token": lease.fencing_token,
+        "expires_at_ms": lease.expires_at_ms,
+    })
+}
+
+async fn do_acquire(
+    http: &Http,
+    contract: Contract,
+    path: Option<String>,
+    body: Bytes,
+) -> Response {
+    let body = match parse_body(&body) {
+        Ok(b) => b,
+        Err(r) => return r.into_response(),
+    };
+    let args = (|| -> Result<_, ApiError> {
+        let name = lock_name(contract, path, &body)?;
+        let client_id = client_id(&body)?;
+        let ttl = ttl(&body, &["ttl_ms", "lease_time_ms"])?;
+        let wait_ms = optional_u64(&body, &["wait_timeout_ms", "block_time_ms"])?.unwrap_or(0);
+        if wait_ms > WAIT_TIMEOUT_MS_MAX {
+            return Err(bad(format!(
+                "wait_timeout_ms must be at most {WAIT_TIMEOUT_MS_MAX} ms, not {wait_ms}"
+            )));
+        }
+        Ok((name, client_id, ttl, Duration::from_millis(wait_ms)))
+    })();
+    let (name, client_id, ttl, wait) = match args {
+        Ok(a) => a,
+        Err(r) => return r.into_response(),
+    };
+    let lock = match http.locks.get().await {
+        Ok(l) => l,
+        Err(r) => return r.into_response(),
+    };
+    match lock.acquire(&name, &client_id, ttl, wait).await {
+        Ok(Some(lease)) => {
+            http.metrics.lock_granted(!wait.is_zero());
+            Json(json!({
+                "acquired": true,
+                "lock_key": name,
+                "fencing_token": lease.fencing_token,
+                "expires_at_ms": lease.expires_at_ms,
+            }))
+            .into_response()
+        }
+        Ok(None) => {
+            http.metrics.lock_refused();
+            let holder = match lock.state(&name).await {
+                Ok(Some(s)) => holder_json(&s.holder),
+                _ => Value::Null,
+            };
+            (
+                StatusCode::CONFLICT,
+                Json(json!({
+                    "acquired": false,
+                    "lock_key": name,
+                    "holder": holder,
+                    "error": format!("{name} is held; not granted within {} ms", wait.as_millis()),
+                })),
+            )
+                .into_response()
+        }
+        Err(e) => recipe_error(http, e, StatusCode::CONFLICT).await,
+    }
+}
+
+async fn do_renew(http: &Http, contract: Contract, path: Option<String>, body: Bytes) -> Response {
+    let body = match parse_body(&body) {
+        Ok(b) => b,
+        Err(r) => return r.into_response(),
+    };
+    let args = (|| -> Result<_, ApiError> {
+        let name = lock_name(contract, path, &body)?;
+        let client_id = client_id(&body)?;
+        let token = required_u64(&body, &["fencing_token"])?;
+        let ttl = ttl(&body, &["ttl_ms", "extend_time_ms", "lease_time_ms"])?;
+        Ok((name, client_id, token, ttl))
+    })();
+    let (name, client_id, token, ttl) = match args {
+        Ok(a) => a,
+        Err(r) => return r.into_response(),
+    };
+    let lock = match http.locks.get().await {
+        Ok(l) => l,
+        Err(r) => return r.into_response(),
+    };
+    let stale = match contract {
+        Contract::Path => StatusCode::CONFLICT,
+        Contract::Body => StatusCode::FORBIDDEN,
+    };
+    match lock.renew(&name, &client_id, token, ttl).await {
+        Ok(lease) => Json(json!({
+            "renewed": true,
+            "lock_key": name,
+            "fencing_token": lease.fencing_token,
+            "expires_at_ms": lease.expires_at_ms,
+        }))
+        .into_response(),
+        Err(e) => recipe_error(http, e, stale).await,
+    }
+}
+
+async fn do_release(
+    http: &Http,
+    contract: Contract,
+    path: Option<String>,
+    body: Bytes,
+) -> Response {
+    let body = match parse_body(&body) {
+        Ok(b) => b,
+        Err(r) => return r.into_response(),
+    };
+    let args = (|| -> Result<_, ApiError> {
+        let name = lock_name(contract, path, &body)?;
+        let client_id = client_id(&body)?;
+        let token = required_u64(&body, &["fencing_token"])?;
+        Ok((name, client_id, token))
+    })();
+    let (name, client_id, token) = match args {
+        Ok(a) => a,
+        Err(r) => return r.into_response(),
+    };
+    let lock = match http.locks.get().await {
+        Ok(l) => l,
+        Err(r) => return r.into_response(),
+    };
+    match lock.release(&name, &client_id, token).await {
+        Ok(()) => Json(json!({"released": true, "lock_key": name})).into_response(),
+        Err(e) => recipe_error(http, e, StatusCode::CONFLICT).await,
+    }
+}
+
+pub(crate) async fn acquire(
+    State(http): State<Arc<Http>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Response {
+    do_acquire(&http, Contract::Path, Some(name), body).await
+}
+
+pub(crate) async fn renew(
+    State(http): State<Arc<Http>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Response {
+    do_renew(&http, Contract::Path, Some(name), body).await
+}
+
+pub(crate) async fn release(
+    State(http): State<Arc<Http>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Response {
+    do_release(&http, Contract::Path, Some(name), body).await
+}
+
+pub(crate) async fn acquire_alt(State(http): State<Arc<Http>>, body: Bytes) -> Response {
+    do_acquire(&http, Contract::Body, None, body).await
+}
+
+pub(crate) async fn renew_alt(State(http): State<Arc<Http>>, body: Bytes) -> Response {
+    do_renew(&http, Contract::Body, None, body).await
+}
+
+pub(crate) async fn release_alt(State(http): State<Arc<Http>>, body: Bytes) -> Response {
+    do_release(&http, Contract::Body, None, body).await
+}
+
+/// `GET /api/v1/locks/{name}`: the holder and the number of waiters, or
+/// 404 when the lock is free.
+pub(crate) async fn state(State(http): State<Arc<Http>>, Path(name): Path<String>) -> Response {
+    if let Err(r) = check_name(&name) {
+        return r.into_response();
+    }
+    let lock = match http.locks.get().await {
+        Ok(l) => l,
+        Err(r) => return r.into_response(),
+    };
+    match lock.state(&name).await {
+        Ok(Some(s)) => Json(json!({
+            "lock_key": name,
+            "holder": holder_json(&s.holder),
+            "waiters": s.waiters,
+        }))
+        .into_response(),
+        Ok(None) => error(StatusCode::NOT_FOUND, format!("{name} is free")),
+        Err(e) => recipe_error(&http, e, StatusCode::CONFLICT).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_names() {
+        for ok in ["a", "jobs.nightly", "A-Z_0-9", &"n".repeat(NAME_LEN_MAX)] {
+            assert!(check_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "a b",
+            "é",
+            "a$",
+            &"n".repeat(NAME_LEN_MAX + 1),
+        ] {
+            assert!(check_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn alternative_field_names() {
+        let body: Map<String, Value> = serde_json::from_str(
+            r#"{"client_id": "c", "lease_time_ms": 1000, "block_time_ms": 5}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            ttl(&body, &["ttl_ms", "lease_time_ms"]).ok(),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(
+            optional_u64(&body, &["wait_timeout_ms", "block_time_ms"]).ok(),
+            Some(Some(5))
+        );
+        assert!(ttl(&body, &["extend_time_ms"]).is_err());
+    }
+}

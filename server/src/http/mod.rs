@@ -1,0 +1,127 @@
+//! The HTTP door: the REST lock API (`/api/v1/locks/...`), `/health`,
+//! `/status` and `/metrics`.
+//!
+//! A thin adapter like the other doors. `/health` and `/status` ask the
+//! core for its member view; the lock API is a *client* of this very
+//! server (the `recipes` lease lock over a loopback connection), so it has
+//! no lock semantics of its own: every rule lives in the recipe and the
+//! pipeline behind it. This module must never touch the tree directly.
+
+mod health;
+mod locks;
+mod metrics;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::core::CoreMsg;
+
+pub use locks::{TTL_MS_MAX, WAIT_TIMEOUT_MS_MAX};
+
+/// What every handler shares.
+pub(crate) struct Http {
+    core: mpsc::Sender<CoreMsg>,
+    locks: locks::Gateway,
+    metrics: metrics::Metrics,
+}
+
+/// Serves HTTP on `listener` until `stop` is cancelled. `client` is this
+/// server's own native-protocol address, which the lock gateway dials.
+pub async fn serve(
+    listener: TcpListener,
+    core: mpsc::Sender<CoreMsg>,
+    client: SocketAddr,
+    stop: CancellationToken,
+) {
+    let state = Arc::new(Http {
+        core,
+        locks: locks::Gateway::new(client),
+        metrics: metrics::Metrics::new(),
+    });
+    let app = router(state);
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(stop.cancelled_owned())
+        .await
+    {
+        warn!(error = %e, "the HTTP door stopped");
+    }
+}
+
+fn router(state: Arc<Http>) -> Router {
+    Router::new()
+        .route("/health", get(health::health))
+        .route("/status", get(health::status))
+        .route("/metrics", get(metrics::metrics))
+        .route("/api/v1/openapi.json", get(openapi))
+        .route("/api/v1/locks/acquire", post(locks::acquire_alt))
+        .route("/api/v1/locks/renew", post(locks::renew_alt))
+        .route("/api/v1/locks/release", post(locks::release_alt))
+        .route("/api/v1/locks/{name}", get(locks::state))
+        .route("/api/v1/locks/{name}/acquire", post(locks::acquire))
+        .route("/api/v1/locks/{name}/renew", post(locks::renew))
+        .route("/api/v1/locks/{name}/release", post(locks::release))
+        .layer(middleware::from_fn_with_state(state.clone(), observe))
+        .with_state(state)
+}
+
+/// Counts and times every request by route.
+async fn observe(State(http): State<Arc<Http>>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".to_string());
+    let started = Instant::now();
+    let response = next.run(req).await;
+    http.metrics
+        .observe_request(&route, response.status().as_u16(), started.elapsed());
+    response
+}
+
+/// The OpenAPI document of the lock API, kept in the repo beside this file.
+async fn openapi() -> impl IntoResponse {
+    const DOC: &str = include_str!("openapi.json");
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        DOC,
+    )
+}
+
+/// A refusal on its way to becoming a response (small, unlike
+/// `Response`, so it travels cheaply through `Result`s).
+pub(crate) struct ApiError {
+    status: axum::http::StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: axum::http::StatusCode, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        error(self.status, self.message)
+    }
+}
+
+/// An error answer: a status and a JSON body `{"error": "..."}` (plus
+/// whatever fields the caller adds).
+pub(crate) fn error(status: axum::http::StatusCode, message: impl Into<String>) -> Response {
+    (status, Json(serde_json::json!({ "error": message.into() }))).into_response()
+}
