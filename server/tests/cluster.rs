@@ -118,23 +118,30 @@ async fn leader_kill_under_load(nodes: usize) {
         .unwrap();
     let old_leader = leader(&cluster, &cluster.node_ids()).await;
 
+    let progress = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let writers: Vec<_> = (0..4)
         .map(|w| {
             let c = c.clone();
+            let progress = progress.clone();
             tokio::spawn(async move {
                 let mut acked = Vec::new();
                 for i in 0..60 {
                     let path = format!("/load/w{w}-{i}");
                     if create_acked(&c, &path, b"x").await {
                         acked.push(path);
+                        progress.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                 }
                 acked
             })
         })
         .collect();
-    // Kill the leader while the writers run.
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Kill the leader while the writers run: once some writes are in.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while progress.load(std::sync::atomic::Ordering::Relaxed) < 20 {
+        assert!(Instant::now() < deadline, "the writers made no progress");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     cluster.kill9(old_leader);
     let mut acked = Vec::new();
     for w in writers {
