@@ -181,6 +181,9 @@ struct Conn {
     closed: CancellationToken,
     session: Option<u64>,
     queue: VecDeque<Slot>,
+    /// Per slot of `queue` (same order): the operation and when it reached
+    /// the core, for the request metrics.
+    timing: VecDeque<(&'static str, Instant)>,
 }
 
 /// What an applied entry proposed by this server answers.
@@ -240,6 +243,8 @@ struct Machine {
     /// Set when a member was added: a snapshot that includes it is taken at
     /// once, so the new member can be initialized from it.
     snapshot_wanted: bool,
+    /// Request counts and latencies by operation.
+    op_metrics: crate::opmetrics::OpMetrics,
     /// Bytes of entries applied since the last snapshot.
     applied_bytes: u64,
 }
@@ -270,6 +275,7 @@ impl Core {
         cfg: Config,
         client_addr: SocketAddr,
         runtime: tokio::runtime::Handle,
+        op_metrics: crate::opmetrics::OpMetrics,
     ) -> Result<Self, CoreError> {
         std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
             CoreError::Storage(crate::raft::StorageError::Corrupt {
@@ -331,6 +337,7 @@ impl Core {
                 leader_changed: false,
                 leader_changes: 0,
                 snapshot_wanted: false,
+                op_metrics,
                 applied_bytes: 0,
             },
             // Random start: ids stay unique across restarts, so an entry of
@@ -725,6 +732,7 @@ impl Core {
                 closed,
                 session: None,
                 queue: VecDeque::new(),
+                timing: VecDeque::new(),
             },
         );
         let applied = m.tree.applied_index();
@@ -820,7 +828,8 @@ impl Core {
                 ErrorCode::MarshallingError,
                 "request before the session was established",
             );
-            self.m.enqueue(conn, Slot::Done(error_frame(xid, 0, f)));
+            self.m
+                .enqueue(conn, Slot::Done(error_frame(xid, 0, f)), "invalid");
             self.m.flush(conn);
             return;
         };
@@ -830,7 +839,8 @@ impl Core {
                 format!("more than {CONN_INFLIGHT_MAX} requests in flight on one connection"),
             );
             let zxid = self.m.tree.applied_index();
-            self.m.enqueue(conn, Slot::Done(error_frame(xid, zxid, f)));
+            self.m
+                .enqueue(conn, Slot::Done(error_frame(xid, zxid, f)), "throttled");
             self.m.flush(conn);
             return;
         }
@@ -838,10 +848,12 @@ impl Core {
         let Some(op) = request.op else {
             let f = Failure::new(ErrorCode::BadArguments, "request has no operation");
             let zxid = self.m.tree.applied_index();
-            self.m.enqueue(conn, Slot::Done(error_frame(xid, zxid, f)));
+            self.m
+                .enqueue(conn, Slot::Done(error_frame(xid, zxid, f)), "invalid");
             self.m.flush(conn);
             return;
         };
+        let op_name = crate::opmetrics::op_name(&op);
         let slot = match ops::plan(op, session_id) {
             Plan::Reject(f) => Slot::Done(error_frame(xid, self.m.tree.applied_index(), f)),
             Plan::Ping => Slot::Ping { xid },
@@ -909,7 +921,7 @@ impl Core {
                 self.write_slot(conn, xid, txn)
             }
         };
-        self.m.enqueue(conn, slot);
+        self.m.enqueue(conn, slot, op_name);
         self.m.flush(conn);
     }
 
@@ -1139,9 +1151,10 @@ impl Machine {
         }
     }
 
-    fn enqueue(&mut self, conn: ConnId, slot: Slot) {
+    fn enqueue(&mut self, conn: ConnId, slot: Slot, op: &'static str) {
         if let Some(c) = self.conns.get_mut(&conn) {
             c.queue.push_back(slot);
+            c.timing.push_back((op, Instant::now()));
         }
     }
 
@@ -1218,6 +1231,9 @@ impl Machine {
             }
             let session_id = c.session.unwrap_or(0);
             let slot = c.queue.pop_front().expect("front checked above");
+            if let Some((op, since)) = c.timing.pop_front() {
+                self.op_metrics.observe(op, since.elapsed());
+            }
             match slot {
                 Slot::Done(frame) => self.push(conn, frame),
                 Slot::Ping { xid } => self.push(conn, response_frame(xid, applied, Ok(None))),

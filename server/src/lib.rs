@@ -17,6 +17,7 @@ pub mod conn;
 pub mod core;
 pub mod http;
 pub mod local_cluster;
+pub mod opmetrics;
 pub mod ops;
 pub mod raft;
 pub mod serve;

@@ -95,7 +95,13 @@ pub async fn serve(
         stop_peers.clone(),
     ));
 
-    let core = Core::open(cfg.clone(), client, tokio::runtime::Handle::current())?;
+    let op_metrics = crate::opmetrics::OpMetrics::new();
+    let core = Core::open(
+        cfg.clone(),
+        client,
+        tokio::runtime::Handle::current(),
+        op_metrics.clone(),
+    )?;
     let (core_tx, core_rx) = mpsc::channel::<CoreMsg>(CORE_QUEUE_MAX);
     let (state_tx, mut state_rx) = watch::channel(CoreState::Starting);
     let (stop_tx, stop_rx) = oneshot::channel();
@@ -164,6 +170,7 @@ pub async fn serve(
             core_tx.clone(),
             client,
             stop_peers.clone(),
+            op_metrics,
         ));
         loop {
             tokio::select! {

@@ -402,6 +402,14 @@ fn single_node_health_status_metrics_openapi() {
     assert!(moved("warden_raft_proposals_total"), "{m2}");
     assert!(moved("warden_raft_fsyncs_total"), "{m2}");
     assert!(moved("warden_raft_appended_entries_total"), "{m2}");
+    // The gateway's lock went through the native door: its creates are
+    // counted by operation, with a latency histogram.
+    let creates = |m: &str| sample(m, "warden_requests_total{op=\"create\"}").unwrap_or(0.0);
+    assert!(creates(&m2) > creates(&m), "{m2}");
+    assert!(
+        m2.contains("warden_request_duration_seconds_count{op=\"create\"}"),
+        "{m2}"
+    );
 
     let (st, doc) = get_json(http, "/api/v1/openapi.json");
     assert_eq!(st, 200);

@@ -69,8 +69,9 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(op_metrics: &crate::opmetrics::OpMetrics) -> Self {
         let mut registry = Registry::with_prefix("warden");
+        op_metrics.register(&mut registry);
         let requests = Family::<RouteCode, Counter>::default();
         registry.register(
             "http_requests",

@@ -43,11 +43,12 @@ pub async fn serve(
     core: mpsc::Sender<CoreMsg>,
     client: SocketAddr,
     stop: CancellationToken,
+    op_metrics: crate::opmetrics::OpMetrics,
 ) {
     let state = Arc::new(Http {
         core,
         locks: locks::Gateway::new(client),
-        metrics: metrics::Metrics::new(),
+        metrics: metrics::Metrics::new(&op_metrics),
     });
     let app = router(state);
     if let Err(e) = axum::serve(listener, app)
