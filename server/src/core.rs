@@ -305,7 +305,11 @@ impl Core {
             election_ticks: cfg.election_ticks,
             heartbeat_ticks: cfg.heartbeat_ticks,
         };
-        let raft = RaftNode::open(cfg.id, voters, cfg.join, storage, &timing, applied)?;
+        let mut raft = RaftNode::open(cfg.id, voters, cfg.join, storage, &timing, applied)?;
+        raft.set_io_histograms(
+            op_metrics.fsync_seconds.clone(),
+            op_metrics.append_batch_entries.clone(),
+        );
         let mut transport = Transport::new(cfg.id, runtime);
         for p in &cfg.peers {
             transport.add_peer(p.id, &p.addr);

@@ -21,6 +21,10 @@ struct OpLabel {
 pub struct OpMetrics {
     requests: Family<OpLabel, Counter>,
     latency: Family<OpLabel, Histogram, fn() -> Histogram>,
+    /// Observed by the Ready loop: each fsync's duration, and how many
+    /// entries each appending Ready wrote (the group-commit batch size).
+    pub fsync_seconds: Histogram,
+    pub append_batch_entries: Histogram,
 }
 
 fn latency_histogram() -> Histogram {
@@ -33,6 +37,9 @@ impl Default for OpMetrics {
         Self {
             requests: Family::default(),
             latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            fsync_seconds: latency_histogram(),
+            // 1 .. 32768 entries.
+            append_batch_entries: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
         }
     }
 }
@@ -53,6 +60,16 @@ impl OpMetrics {
             "request_duration_seconds",
             "Time from a request reaching the core to its answer, by operation",
             self.latency.clone(),
+        );
+        registry.register(
+            "fsync_duration_seconds",
+            "Duration of each fsync of the Raft log (one per Ready that wrote)",
+            self.fsync_seconds.clone(),
+        );
+        registry.register(
+            "append_batch_entries",
+            "Entries written by each appending Ready (group-commit batch size)",
+            self.append_batch_entries.clone(),
         );
     }
 

@@ -410,6 +410,20 @@ fn single_node_health_status_metrics_openapi() {
         m2.contains("warden_request_duration_seconds_count{op=\"create\"}"),
         "{m2}"
     );
+    // Histograms of the Ready loop's fsyncs and batch sizes, and of the
+    // HTTP acquire's wait.
+    assert!(
+        sample(&m2, "warden_fsync_duration_seconds_count").expect("fsyncs") > 0.0,
+        "{m2}"
+    );
+    assert!(
+        sample(&m2, "warden_append_batch_entries_count").expect("batches") > 0.0,
+        "{m2}"
+    );
+    assert!(
+        sample(&m2, "warden_lock_acquire_wait_seconds_count").expect("lock wait") >= 1.0,
+        "{m2}"
+    );
 
     let (st, doc) = get_json(http, "/api/v1/openapi.json");
     assert_eq!(st, 200);

@@ -251,9 +251,11 @@ async fn do_acquire(
         Ok(l) => l,
         Err(r) => return r.into_response(),
     };
+    let started = std::time::Instant::now();
     match lock.acquire(&name, &client_id, ttl, wait).await {
         Ok(Some(lease)) => {
-            http.metrics.lock_granted(!wait.is_zero());
+            http.metrics
+                .lock_granted(!wait.is_zero(), started.elapsed());
             Json(json!({
                 "acquired": true,
                 "lock_key": name,

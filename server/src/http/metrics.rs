@@ -45,6 +45,7 @@ pub(crate) struct Metrics {
     latency: Family<Route, Histogram>,
     lock_grants: Family<Waited, Counter>,
     lock_refusals: Counter,
+    lock_wait: Histogram,
     raft_term: Gauge,
     raft_commit_index: Gauge,
     raft_applied_index: Gauge,
@@ -91,6 +92,12 @@ impl Metrics {
             "lock_acquisitions",
             "Locks granted through the HTTP API (waited: whether the request allowed a wait)",
             lock_grants.clone(),
+        );
+        let lock_wait = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        registry.register(
+            "lock_acquire_wait_seconds",
+            "Time from an HTTP acquire to its grant (waiting plus hand-off)",
+            lock_wait.clone(),
         );
         let lock_refusals = Counter::default();
         registry.register(
@@ -160,6 +167,7 @@ impl Metrics {
             latency,
             lock_grants,
             lock_refusals,
+            lock_wait,
             raft_term,
             raft_commit_index,
             raft_applied_index,
@@ -194,12 +202,15 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
-    pub(crate) fn lock_granted(&self, waited: bool) {
+    /// A grant after `took` (the wait, plus the hand-off from the previous
+    /// holder when there was one).
+    pub(crate) fn lock_granted(&self, waited: bool, took: Duration) {
         self.lock_grants
             .get_or_create(&Waited {
                 waited: waited.to_string(),
             })
             .inc();
+        self.lock_wait.observe(took.as_secs_f64());
     }
 
     pub(crate) fn lock_refused(&self) {

@@ -44,6 +44,11 @@ pub struct RaftTiming {
 pub struct RaftNode {
     raw: RawNode<DiskStorage>,
     io: IoCounters,
+    /// Histograms for `/metrics`, when someone exports them.
+    io_histograms: Option<(
+        prometheus_client::metrics::histogram::Histogram,
+        prometheus_client::metrics::histogram::Histogram,
+    )>,
 }
 
 /// Running totals of the Ready loop's disk work, for `/metrics`.
@@ -95,6 +100,7 @@ impl RaftNode {
         Ok(Self {
             raw,
             io: IoCounters::default(),
+            io_histograms: None,
         })
     }
 
@@ -163,6 +169,15 @@ impl RaftNode {
     }
 
     /// Disk work done so far.
+    /// Observes each fsync's duration and each appending batch's size.
+    pub fn set_io_histograms(
+        &mut self,
+        fsync_seconds: prometheus_client::metrics::histogram::Histogram,
+        append_batch_entries: prometheus_client::metrics::histogram::Histogram,
+    ) {
+        self.io_histograms = Some((fsync_seconds, append_batch_entries));
+    }
+
     pub fn io_counters(&self) -> IoCounters {
         self.io
     }
@@ -207,6 +222,9 @@ impl RaftNode {
             dirty = true;
             self.io.append_batches += 1;
             self.io.appended_entries += ready.entries().len() as u64;
+            if let Some((_, batch)) = &self.io_histograms {
+                batch.observe(ready.entries().len() as f64);
+            }
         }
         if let Some(hs) = ready.hs() {
             store.set_hard_state(hs.clone())?;
@@ -215,8 +233,12 @@ impl RaftNode {
         if dirty || ready.must_sync() {
             let started = std::time::Instant::now();
             store.sync()?;
+            let took = started.elapsed();
             self.io.fsyncs += 1;
-            self.io.fsync_time += started.elapsed();
+            self.io.fsync_time += took;
+            if let Some((fsync, _)) = &self.io_histograms {
+                fsync.observe(took.as_secs_f64());
+            }
         }
 
         // 5. Messages that must wait for persistence.
