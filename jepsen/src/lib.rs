@@ -1,9 +1,11 @@
-//! Warden's Jepsen-style fault-injection suite (issue 7). What exists so
-//! far are the checkers the workloads will judge their histories with:
-//! [`linearizable`] for registers, and [`checkers`] for locks, sequential
-//! creates, ephemerals and watches — pure functions, tested on histories
-//! with planted anomalies. The harness (processes, proxies, nemeses,
-//! generators, reports) comes next.
+//! Warden's Jepsen-style fault-injection suite (issue 7): real `warden`
+//! processes behind harness-owned TCP proxies, nemeses that kill, pause,
+//! partition and reconfigure them, workloads whose every operation is
+//! recorded in a [`history`], checkers that judge the whole history, and a
+//! report per run.
 
 pub mod checkers;
+pub mod clock;
+pub mod history;
 pub mod linearizable;
+pub mod workload;
