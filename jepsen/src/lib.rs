@@ -9,3 +9,4 @@ pub mod clock;
 pub mod history;
 pub mod linearizable;
 pub mod workload;
+pub mod workloads;

@@ -1,0 +1,8 @@
+//! The workloads: each a `run` that drives clients and records the history,
+//! and a `check` that judges it (see [`crate::workload`]).
+
+pub mod ephemeral;
+pub mod lock;
+pub mod register;
+pub mod sequential;
+pub mod watch;
