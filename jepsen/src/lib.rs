@@ -6,7 +6,12 @@
 
 pub mod checkers;
 pub mod clock;
+pub mod cluster;
 pub mod history;
 pub mod linearizable;
+pub mod nemesis;
+pub mod proxy;
+pub mod run;
+pub mod selftest;
 pub mod workload;
 pub mod workloads;

@@ -1,0 +1,573 @@
+//! Cluster control: N real `warden serve` processes, each with its own data
+//! directory and log, every port reached through the harness's proxies
+//! ([`crate::proxy`]). Nodes are killed, paused, restarted, removed from
+//! and re-added to the Raft group from here; the nemesis decides when.
+
+use std::fs::OpenOptions;
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use warden_client::{Client, ConnectOptions};
+
+use crate::proxy::Net;
+
+/// How long a started node may take to accept connections.
+pub const NODE_START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a fresh cluster may take to elect a leader and catch up.
+pub const CLUSTER_READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Bound on one admin request (cluster status, membership change).
+pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often readiness is polled.
+const POLL: Duration = Duration::from_millis(50);
+
+/// How to run the nodes.
+#[derive(Debug, Clone)]
+pub struct ClusterOpts {
+    pub nodes: usize,
+    /// The `warden` binary.
+    pub bin: PathBuf,
+    /// Where node data and logs go (`node-<id>/`, `node-<id>.log`).
+    pub dir: PathBuf,
+    pub tick_ms: u64,
+    /// `--snapshot-entries` (small values exercise snapshot transfer).
+    pub snapshot_entries: u64,
+}
+
+/// One node: its ports and its process.
+#[derive(Debug)]
+pub struct Node {
+    pub id: u64,
+    pub data_dir: PathBuf,
+    pub log_path: PathBuf,
+    /// The node's own ports (only proxies connect to these).
+    pub client_port: u16,
+    pub peer_port: u16,
+    /// What clients and peers connect to.
+    pub client_proxy: SocketAddr,
+    pub peer_proxy: SocketAddr,
+    child: Option<Child>,
+    paused: bool,
+    /// Started with `--join` (re-added by the membership nemesis); every
+    /// later start joins too.
+    joined: bool,
+}
+
+/// The running cluster.
+pub struct Cluster {
+    pub net: Net,
+    opts: ClusterOpts,
+    nodes: Vec<Node>,
+}
+
+/// Why cluster control failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("node {id}: {message} (log: {log})")]
+    Node {
+        id: u64,
+        message: String,
+        log: String,
+    },
+    #[error("{0}")]
+    Other(String),
+}
+
+type Result<T> = std::result::Result<T, ClusterError>;
+
+impl Cluster {
+    /// Starts `opts.nodes` nodes behind fresh proxies and waits until they
+    /// have a leader and every member is caught up.
+    pub async fn start(opts: ClusterOpts) -> Result<Cluster> {
+        std::fs::create_dir_all(&opts.dir)?;
+        let net = Net::new();
+        let mut nodes = Vec::new();
+        let ports = free_ports(opts.nodes * 2);
+        for i in 0..opts.nodes {
+            let id = i as u64 + 1;
+            let client_port = ports[2 * i];
+            let peer_port = ports[2 * i + 1];
+            let any: SocketAddr = "127.0.0.1:0".parse().expect("literal address");
+            let client_proxy = net
+                .listen(id, false, ([127, 0, 0, 1], client_port).into(), any)
+                .await?;
+            let peer_proxy = net
+                .listen(id, true, ([127, 0, 0, 1], peer_port).into(), any)
+                .await?;
+            nodes.push(Node {
+                id,
+                data_dir: opts.dir.join(format!("node-{id}")),
+                log_path: opts.dir.join(format!("node-{id}.log")),
+                client_port,
+                peer_port,
+                client_proxy,
+                peer_proxy,
+                child: None,
+                paused: false,
+                joined: false,
+            });
+        }
+        let mut cluster = Cluster { net, opts, nodes };
+        for id in cluster.ids() {
+            cluster.spawn(id)?;
+        }
+        for id in cluster.ids() {
+            cluster.await_listening(id).await?;
+        }
+        cluster.await_healthy(CLUSTER_READY_TIMEOUT).await?;
+        Ok(cluster)
+    }
+
+    pub fn ids(&self) -> Vec<u64> {
+        self.nodes.iter().map(|n| n.id).collect()
+    }
+
+    pub fn node(&self, id: u64) -> &Node {
+        &self.nodes[(id - 1) as usize]
+    }
+
+    fn node_mut(&mut self, id: u64) -> &mut Node {
+        &mut self.nodes[(id - 1) as usize]
+    }
+
+    /// Client addresses (through the proxies), node 1 first.
+    pub fn client_addrs(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| n.client_proxy.to_string())
+            .collect()
+    }
+
+    /// `--peers` for every node: the peer proxies.
+    fn peers_flag(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("{}={}", n.id, n.peer_proxy))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Whether node `id`'s process is running (and not paused).
+    pub fn is_up(&mut self, id: u64) -> bool {
+        let node = self.node_mut(id);
+        let running = match node.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        };
+        running && !node.paused
+    }
+
+    /// Starts node `id`'s process (its data directory as it is).
+    fn spawn(&mut self, id: u64) -> Result<()> {
+        let peers = self.peers_flag();
+        let opts = self.opts.clone();
+        let node = self.node_mut(id);
+        std::fs::create_dir_all(&node.data_dir)?;
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&node.log_path)?;
+        let mut cmd = Command::new(&opts.bin);
+        cmd.arg("serve")
+            .arg("--id")
+            .arg(id.to_string())
+            .arg("--data-dir")
+            .arg(&node.data_dir)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", node.client_port))
+            .arg("--peer-listen")
+            .arg(format!("127.0.0.1:{}", node.peer_port))
+            .arg("--zk-listen")
+            .arg("off")
+            .arg("--http-listen")
+            .arg("127.0.0.1:0")
+            .arg("--peers")
+            .arg(&peers)
+            .arg("--tick-ms")
+            .arg(opts.tick_ms.to_string())
+            .arg("--snapshot-entries")
+            .arg(opts.snapshot_entries.to_string())
+            .env(
+                "RUST_LOG",
+                "info,warden_server=debug,fjall=warn,lsm_tree=warn",
+            )
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        if node.joined {
+            cmd.arg("--join");
+        }
+        let child = cmd.spawn().map_err(|e| ClusterError::Node {
+            id,
+            message: format!("cannot start {}: {e}", opts.bin.display()),
+            log: node.log_path.display().to_string(),
+        })?;
+        self.net.set_pid(id, child.id());
+        let node = self.node_mut(id);
+        node.child = Some(child);
+        node.paused = false;
+        Ok(())
+    }
+
+    /// Waits until node `id` accepts connections on its client port.
+    async fn await_listening(&mut self, id: u64) -> Result<()> {
+        let deadline = Instant::now() + NODE_START_TIMEOUT;
+        loop {
+            let port = self.node(id).client_port;
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(());
+            }
+            let node = self.node_mut(id);
+            if let Some(c) = node.child.as_mut() {
+                if let Ok(Some(status)) = c.try_wait() {
+                    return Err(self.node_error(id, format!("exited at start ({status})")));
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(self.node_error(id, "did not start listening in time".into()));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    fn node_error(&self, id: u64, message: String) -> ClusterError {
+        let node = self.node(id);
+        ClusterError::Node {
+            id,
+            message,
+            log: node.log_path.display().to_string(),
+        }
+    }
+
+    /// Waits until some node reports a leader and every member reachable
+    /// with its applied index caught up.
+    pub async fn await_healthy(&self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let mut last = String::from("no answer yet");
+        while Instant::now() < deadline {
+            for id in self.ids() {
+                match self.status_from(id).await {
+                    Ok(s) => {
+                        let all = s.members.len() == self.nodes.len()
+                            && s.members.iter().all(|m| m.reachable && m.lag < 50);
+                        if s.leader_id != 0 && all {
+                            return Ok(());
+                        }
+                        last = format!(
+                            "node {id}: leader {} members {:?}",
+                            s.leader_id,
+                            s.members
+                                .iter()
+                                .map(|m| (m.id, m.reachable, m.lag, m.voter))
+                                .collect::<Vec<_>>()
+                        );
+                    }
+                    Err(e) => last = format!("node {id}: {e}"),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Err(ClusterError::Other(format!(
+            "cluster not healthy within {timeout:?}: {last}"
+        )))
+    }
+
+    /// Cluster status as node `id` sees it (a short-lived session there).
+    pub async fn status_from(&self, id: u64) -> Result<warden_client::ClusterStatus> {
+        let addr = self.node(id).client_proxy.to_string();
+        let work = async {
+            let c = admin_client(&addr).await?;
+            let s = c.cluster_status().await;
+            let _ = c.close().await;
+            s
+        };
+        match tokio::time::timeout(ADMIN_TIMEOUT, work).await {
+            Ok(Ok(s)) => Ok(s),
+            Ok(Err(e)) => Err(ClusterError::Other(e.to_string())),
+            Err(_) => Err(ClusterError::Other("timed out".into())),
+        }
+    }
+
+    /// The current leader, as the live nodes report it (the claim with the
+    /// highest term wins); `None` when no node answers with one.
+    pub async fn leader(&mut self) -> Option<u64> {
+        let mut best: Option<(u64, u64)> = None;
+        for id in self.ids() {
+            if !self.is_up(id) {
+                continue;
+            }
+            if let Ok(s) = self.status_from(id).await {
+                if s.leader_id == 0 {
+                    continue;
+                }
+                let term = s
+                    .members
+                    .iter()
+                    .find(|m| m.id == s.server_id)
+                    .map(|m| m.term)
+                    .unwrap_or(0);
+                if best.is_none_or(|(t, _)| term > t) {
+                    best = Some((term, s.leader_id));
+                }
+            }
+        }
+        best.map(|(_, l)| l)
+    }
+
+    /// kill -9.
+    pub fn kill(&mut self, id: u64) {
+        let node = self.node_mut(id);
+        if let Some(mut c) = node.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        node.paused = false;
+    }
+
+    /// Starts a killed node again on its data.
+    pub async fn restart(&mut self, id: u64) -> Result<()> {
+        if self.node(id).child.is_some() {
+            return Ok(());
+        }
+        self.spawn(id)?;
+        self.await_listening(id).await
+    }
+
+    /// SIGSTOP.
+    pub fn pause(&mut self, id: u64) {
+        let node = self.node_mut(id);
+        if let Some(c) = &node.child {
+            signal(c.id(), libc::SIGSTOP);
+            node.paused = true;
+        }
+    }
+
+    /// SIGCONT.
+    pub fn resume(&mut self, id: u64) {
+        let node = self.node_mut(id);
+        if let Some(c) = &node.child {
+            signal(c.id(), libc::SIGCONT);
+        }
+        node.paused = false;
+    }
+
+    /// Removes `id` from the Raft group (asked of another live node), then
+    /// kills it and wipes its data, as an operator retiring a server would.
+    pub async fn remove_member(&mut self, id: u64) -> Result<()> {
+        let mut last = String::new();
+        for other in self.ids() {
+            if other == id || !self.is_up(other) {
+                continue;
+            }
+            let addr = self.node(other).client_proxy.to_string();
+            let work = async {
+                let c = admin_client(&addr).await?;
+                let r = c.remove_member(id).await;
+                let _ = c.close().await;
+                r
+            };
+            match tokio::time::timeout(ADMIN_TIMEOUT * 2, work).await {
+                Ok(Ok(())) => {
+                    self.kill(id);
+                    let _ = std::fs::remove_dir_all(&self.node(id).data_dir);
+                    return Ok(());
+                }
+                Ok(Err(e)) => last = format!("asked node {other}: {e}"),
+                Err(_) => last = format!("asked node {other}: timed out"),
+            }
+        }
+        Err(ClusterError::Other(format!(
+            "cannot remove node {id}: {last}"
+        )))
+    }
+
+    /// Starts `id` empty with `--join` and adds it back: as a learner, and
+    /// once it has caught up, as a voter.
+    pub async fn add_member(&mut self, id: u64) -> Result<()> {
+        self.kill(id);
+        let _ = std::fs::remove_dir_all(&self.node(id).data_dir);
+        self.node_mut(id).joined = true;
+        self.spawn(id)?;
+        self.await_listening(id).await?;
+        let addr = self.node(id).peer_proxy.to_string();
+        for learner in [true, false] {
+            let mut done = false;
+            let mut last = String::new();
+            let deadline = Instant::now() + CLUSTER_READY_TIMEOUT;
+            while !done && Instant::now() < deadline {
+                for other in self.ids() {
+                    if other == id || !self.is_up(other) {
+                        continue;
+                    }
+                    let client_addr = self.node(other).client_proxy.to_string();
+                    let work = async {
+                        let c = admin_client(&client_addr).await?;
+                        let r = c.add_member(id, &addr, learner).await;
+                        let _ = c.close().await;
+                        r
+                    };
+                    match tokio::time::timeout(ADMIN_TIMEOUT * 2, work).await {
+                        Ok(Ok(())) => {
+                            done = true;
+                            break;
+                        }
+                        Ok(Err(e)) => last = format!("asked node {other}: {e}"),
+                        Err(_) => last = format!("asked node {other}: timed out"),
+                    }
+                }
+                if !done {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+            if !done {
+                return Err(ClusterError::Other(format!(
+                    "cannot add node {id} (learner: {learner}): {last}"
+                )));
+            }
+            if learner {
+                self.await_caught_up(id, CLUSTER_READY_TIMEOUT).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until `id` reports itself caught up with the leader.
+    async fn await_caught_up(&self, id: u64, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            for other in self.ids() {
+                if let Ok(s) = self.status_from(other).await {
+                    if s.members
+                        .iter()
+                        .any(|m| m.id == id && m.reachable && m.lag < 100)
+                    {
+                        return Ok(());
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Err(ClusterError::Other(format!(
+            "node {id} did not catch up within {timeout:?}"
+        )))
+    }
+
+    /// Ends every fault: resumes paused nodes, restarts killed ones, heals
+    /// the network.
+    pub async fn heal_all(&mut self) -> Result<()> {
+        self.net.heal();
+        for id in self.ids() {
+            if self.node(id).paused {
+                self.resume(id);
+            }
+            let dead = match self.node_mut(id).child.as_mut() {
+                Some(c) => !matches!(c.try_wait(), Ok(None)),
+                None => true,
+            };
+            if dead {
+                self.node_mut(id).child = None;
+                self.restart(id).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Nodes whose process died on its own (not killed by the harness):
+    /// each with its exit status.
+    pub fn crashed(&mut self) -> Vec<(u64, String)> {
+        let mut out = Vec::new();
+        for node in &mut self.nodes {
+            if let Some(c) = node.child.as_mut() {
+                if let Ok(Some(status)) = c.try_wait() {
+                    out.push((node.id, status.to_string()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Stops every node (SIGCONT first for paused ones, then kill) and the
+    /// proxies.
+    pub fn shutdown(&mut self) {
+        for id in self.ids() {
+            if self.node(id).paused {
+                self.resume(id);
+            }
+            let node = self.node_mut(id);
+            if let Some(mut c) = node.child.take() {
+                signal(c.id(), libc::SIGTERM);
+                let deadline = std::time::Instant::now() + Duration::from_secs(5);
+                loop {
+                    if !matches!(c.try_wait(), Ok(None)) {
+                        break;
+                    }
+                    if std::time::Instant::now() > deadline {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+        self.net.shutdown();
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.opts.dir
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(mut c) = node.child.take() {
+                signal(c.id(), libc::SIGCONT);
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        self.net.shutdown();
+    }
+}
+
+/// A session for one admin request.
+async fn admin_client(addr: &str) -> warden_client::Result<Client> {
+    Client::connect(
+        addr,
+        ConnectOptions {
+            session_timeout: Duration::from_secs(5),
+            connect_timeout: ADMIN_TIMEOUT,
+            request_timeout: ADMIN_TIMEOUT,
+        },
+    )
+    .await
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    unsafe {
+        libc::kill(pid as libc::pid_t, sig);
+    }
+}
+
+/// `n` distinct free ports below the ephemeral range (so that a restarted
+/// node finds its ports free again: no outgoing connection gets them).
+fn free_ports(n: usize) -> Vec<u16> {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    let mut held = Vec::new();
+    while held.len() < n {
+        let port: u16 = rng.random_range(20_000..32_000);
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            held.push(l);
+        }
+    }
+    held.iter()
+        .map(|l| l.local_addr().expect("bound listener").port())
+        .collect()
+}

@@ -1,0 +1,451 @@
+//! Nemeses: faults injected on a schedule. Each cycle waits `interval`,
+//! picks one of the enabled faults (seeded), puts it in force for
+//! `duration`, then ends it. Every action is an operation of the
+//! `nemesis` process in the history: `kill`/`restart`, `pause`/`resume`,
+//! `partition`/`heal`, `remove`/`add` (membership), `stop-all`/`start-all`
+//! (restart-all).
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::seq::{IndexedRandom, SliceRandom};
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use crate::cluster::Cluster;
+use crate::history::{History, Process};
+use crate::proxy::Mode;
+
+/// A kind of fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fault {
+    Kill,
+    Pause,
+    Partition,
+    Membership,
+    RestartAll,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 5] = [
+        Fault::Kill,
+        Fault::Pause,
+        Fault::Partition,
+        Fault::Membership,
+        Fault::RestartAll,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Kill => "kill",
+            Fault::Pause => "pause",
+            Fault::Partition => "partition",
+            Fault::Membership => "membership",
+            Fault::RestartAll => "restart-all",
+        }
+    }
+}
+
+impl FromStr for Fault {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Fault::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown nemesis {s:?}: expected one of {}",
+                    Fault::ALL.map(Fault::name).join(", ")
+                )
+            })
+    }
+}
+
+/// Parses `kill,pause,partition` (`none` or empty: no faults).
+pub fn parse_faults(s: &str) -> Result<Vec<Fault>, String> {
+    if s.is_empty() || s == "none" {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for part in s.split(',') {
+        let f: Fault = part.trim().parse()?;
+        if !out.contains(&f) {
+            out.push(f);
+        }
+    }
+    Ok(out)
+}
+
+/// The schedule.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    pub faults: Vec<Fault>,
+    /// Quiet time before each fault.
+    pub interval: Duration,
+    /// How long each fault stays in force.
+    pub duration: Duration,
+}
+
+/// What a run's nemesis did, for results.json.
+#[derive(Debug, Default, Clone)]
+pub struct Tally {
+    pub started: u64,
+    pub by_kind: std::collections::BTreeMap<String, u64>,
+    pub errors: Vec<String>,
+}
+
+/// Runs the schedule until `deadline`, then ends every fault (restarts,
+/// resumes, heals, re-adds) so that the workload's final reads can work.
+pub async fn run(
+    cluster: Arc<Mutex<Cluster>>,
+    history: History,
+    schedule: Schedule,
+    seed: u64,
+    deadline: Instant,
+) -> Tally {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x6e656d65_73697321);
+    let mut tally = Tally::default();
+    let mut removed: Option<u64> = None;
+    if !schedule.faults.is_empty() {
+        loop {
+            if Instant::now() + schedule.interval + schedule.duration > deadline {
+                break;
+            }
+            tokio::time::sleep(schedule.interval).await;
+            let fault = *schedule.faults.choose(&mut rng).expect("faults not empty");
+            tally.started += 1;
+            *tally.by_kind.entry(fault.name().into()).or_default() += 1;
+            let mut c = cluster.lock().await;
+            let undo = start(&mut c, &history, fault, &mut rng, &mut tally).await;
+            drop(c);
+            tokio::time::sleep(schedule.duration).await;
+            let mut c = cluster.lock().await;
+            if !stop(&mut c, &history, undo, &mut tally).await {
+                if let Undo::Membership(id) = undo {
+                    // Retried by the final heal.
+                    removed = Some(id);
+                }
+            }
+        }
+    }
+    let mut c = cluster.lock().await;
+    if let Some(id) = removed {
+        stop(&mut c, &history, Undo::Membership(id), &mut tally).await;
+    }
+    let inv = history.invoke(Process::NEMESIS, "heal-all", Value::Null);
+    let healed = match c.heal_all().await {
+        Ok(()) => c.await_healthy(crate::cluster::CLUSTER_READY_TIMEOUT).await,
+        Err(e) => Err(e),
+    };
+    match healed {
+        Ok(()) => history.ok(&inv, Value::Null),
+        Err(e) => {
+            tally.errors.push(e.to_string());
+            history.info(&inv, Value::Null, e.to_string());
+        }
+    }
+    tally
+}
+
+/// How to end a fault.
+#[derive(Debug, Clone, Copy)]
+enum Undo {
+    Nothing,
+    Restart(NodeSet),
+    Resume(NodeSet),
+    Heal,
+    Membership(u64),
+    StartAll,
+}
+
+/// A small set of node ids (bit i = node i).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct NodeSet(u64);
+
+impl NodeSet {
+    fn of(ids: &[u64]) -> Self {
+        NodeSet(ids.iter().fold(0, |acc, id| acc | (1 << id)))
+    }
+
+    fn ids(self) -> Vec<u64> {
+        (1..64).filter(|i| self.0 & (1 << i) != 0).collect()
+    }
+}
+
+/// Picks the nodes a kill or pause hits: one at random, the leader, or a
+/// random minority.
+async fn targets(c: &mut Cluster, rng: &mut StdRng) -> (String, Vec<u64>) {
+    let ids = c.ids();
+    let n = ids.len();
+    match rng.random_range(0..3) {
+        0 => ("one".into(), vec![*ids.choose(rng).expect("nodes")]),
+        1 => match c.leader().await {
+            Some(l) => ("leader".into(), vec![l]),
+            None => ("one".into(), vec![*ids.choose(rng).expect("nodes")]),
+        },
+        _ => {
+            let mut v = ids.clone();
+            v.shuffle(rng);
+            v.truncate(((n - 1) / 2).max(1));
+            v.sort();
+            ("minority".into(), v)
+        }
+    }
+}
+
+async fn start(
+    c: &mut Cluster,
+    history: &History,
+    fault: Fault,
+    rng: &mut StdRng,
+    tally: &mut Tally,
+) -> Undo {
+    match fault {
+        Fault::Kill => {
+            let (how, nodes) = targets(c, rng).await;
+            let inv = history.invoke(
+                Process::NEMESIS,
+                "kill",
+                json!({"targets": how, "nodes": nodes}),
+            );
+            for &id in &nodes {
+                c.kill(id);
+            }
+            history.ok(&inv, json!({"targets": how, "nodes": nodes}));
+            Undo::Restart(NodeSet::of(&nodes))
+        }
+        Fault::Pause => {
+            let (how, nodes) = targets(c, rng).await;
+            let inv = history.invoke(
+                Process::NEMESIS,
+                "pause",
+                json!({"targets": how, "nodes": nodes}),
+            );
+            for &id in &nodes {
+                c.pause(id);
+            }
+            history.ok(&inv, json!({"targets": how, "nodes": nodes}));
+            Undo::Resume(NodeSet::of(&nodes))
+        }
+        Fault::Partition => {
+            let mode = if rng.random_bool(0.5) {
+                Mode::Drop
+            } else {
+                Mode::BlackHole
+            };
+            let (grudge, cuts) = partition(c, rng).await;
+            let value = json!({"grudge": grudge, "mode": mode, "cuts": cuts});
+            let inv = history.invoke(Process::NEMESIS, "partition", value.clone());
+            let links: Vec<_> = cuts
+                .iter()
+                .map(|&(from, to)| (crate::proxy::Endpoint::Node(from), to))
+                .collect();
+            c.net.set(&links, mode);
+            history.ok(&inv, value);
+            Undo::Heal
+        }
+        Fault::Membership => {
+            let ids = c.ids();
+            let id = *ids.choose(rng).expect("nodes");
+            let inv = history.invoke(Process::NEMESIS, "remove", json!({"node": id}));
+            match c.remove_member(id).await {
+                Ok(()) => {
+                    history.ok(&inv, json!({"node": id}));
+                    Undo::Membership(id)
+                }
+                Err(e) => {
+                    tally.errors.push(e.to_string());
+                    history.fail(&inv, json!({"node": id}), e.to_string());
+                    Undo::Nothing
+                }
+            }
+        }
+        Fault::RestartAll => {
+            let ids = c.ids();
+            let inv = history.invoke(Process::NEMESIS, "stop-all", json!({"nodes": ids}));
+            for &id in &ids {
+                c.kill(id);
+            }
+            history.ok(&inv, json!({"nodes": ids}));
+            Undo::StartAll
+        }
+    }
+}
+
+/// Ends a fault; false if that failed.
+async fn stop(c: &mut Cluster, history: &History, undo: Undo, tally: &mut Tally) -> bool {
+    let (f, value) = match undo {
+        Undo::Nothing => return true,
+        Undo::Restart(s) => ("restart", json!({"nodes": s.ids()})),
+        Undo::Resume(s) => ("resume", json!({"nodes": s.ids()})),
+        Undo::Heal => ("heal", Value::Null),
+        Undo::Membership(id) => ("add", json!({"node": id})),
+        Undo::StartAll => ("start-all", json!({"nodes": c.ids()})),
+    };
+    let inv = history.invoke(Process::NEMESIS, f, value.clone());
+    let result = match undo {
+        Undo::Nothing => Ok(()),
+        Undo::Restart(s) => {
+            let mut r = Ok(());
+            for id in s.ids() {
+                r = r.and(c.restart(id).await);
+            }
+            r
+        }
+        Undo::Resume(s) => {
+            for id in s.ids() {
+                c.resume(id);
+            }
+            Ok(())
+        }
+        Undo::Heal => {
+            c.net.heal();
+            Ok(())
+        }
+        Undo::Membership(id) => c.add_member(id).await,
+        Undo::StartAll => {
+            let mut r = Ok(());
+            for id in c.ids() {
+                r = r.and(c.restart(id).await);
+            }
+            r
+        }
+    };
+    match result {
+        Ok(()) => {
+            history.ok(&inv, value);
+            true
+        }
+        Err(e) => {
+            tally.errors.push(e.to_string());
+            history.info(&inv, value, e.to_string());
+            false
+        }
+    }
+}
+
+/// The partitions the nemesis picks from.
+pub const GRUDGES: [&str; 4] = ["halves", "isolate-leader", "majorities-ring", "bridge"];
+
+/// Picks a partition (seeded): its name and the directed links to cut.
+async fn partition(c: &mut Cluster, rng: &mut StdRng) -> (String, Vec<(u64, u64)>) {
+    let mut ids = c.ids();
+    ids.shuffle(rng);
+    let grudge = *GRUDGES.choose(rng).expect("grudges");
+    let leader = if grudge == "isolate-leader" {
+        c.leader().await
+    } else {
+        None
+    };
+    (grudge.to_string(), cuts(grudge, &ids, leader))
+}
+
+/// The directed links `(from, to)` a grudge cuts, for nodes `ids` (in the
+/// shuffled order the grudge is laid out in):
+/// - `halves`: the first n/2 nodes against the rest;
+/// - `isolate-leader`: the leader (or the first node) against the rest;
+/// - `majorities-ring`: each node hears only from itself and the n/2 nodes
+///   after it in the ring, so everyone sees a majority, no two the same one;
+/// - `bridge`: two halves that hear from each other only through one
+///   bridging node (the first), which is in both.
+pub fn cuts(grudge: &str, ids: &[u64], leader: Option<u64>) -> Vec<(u64, u64)> {
+    let n = ids.len();
+    let both_ways = |a: &[u64], b: &[u64]| {
+        let mut v = Vec::new();
+        for &x in a {
+            for &y in b {
+                v.push((x, y));
+                v.push((y, x));
+            }
+        }
+        v
+    };
+    let v = match grudge {
+        "halves" => {
+            let (a, b) = ids.split_at(n / 2);
+            both_ways(a, b)
+        }
+        "isolate-leader" => {
+            let leader = leader.unwrap_or(ids[0]);
+            let rest: Vec<u64> = ids.iter().copied().filter(|&i| i != leader).collect();
+            both_ways(&[leader], &rest)
+        }
+        "majorities-ring" => {
+            let mut v = Vec::new();
+            for (i, &to) in ids.iter().enumerate() {
+                let visible: Vec<u64> = (0..=n / 2).map(|k| ids[(i + k) % n]).collect();
+                for &from in ids {
+                    if !visible.contains(&from) {
+                        v.push((from, to));
+                    }
+                }
+            }
+            v
+        }
+        "bridge" => {
+            let rest = &ids[1..];
+            let (a, b) = rest.split_at(rest.len() / 2);
+            both_ways(a, b)
+        }
+        other => panic!("unknown grudge {other}"),
+    };
+    sorted(v)
+}
+
+fn sorted(mut v: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    v.sort();
+    v.dedup();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hears(cuts: &[(u64, u64)], ids: &[u64], to: u64) -> usize {
+        ids.iter()
+            .filter(|&&f| f == to || !cuts.contains(&(f, to)))
+            .count()
+    }
+
+    #[test]
+    fn grudges_cut_what_they_say() {
+        let ids = [3, 1, 5, 2, 4];
+        let halves = cuts("halves", &ids, None);
+        assert!(halves.contains(&(3, 5)) && halves.contains(&(5, 3)));
+        assert!(!halves.contains(&(3, 1)));
+        assert_eq!(halves.len(), 2 * 2 * 3);
+
+        let iso = cuts("isolate-leader", &ids, Some(2));
+        assert_eq!(iso.len(), 8);
+        assert!(iso.iter().all(|&(a, b)| a == 2 || b == 2));
+
+        let ring = cuts("majorities-ring", &ids, None);
+        for &id in &ids {
+            assert_eq!(hears(&ring, &ids, id), 3, "node {id} hears a bare majority");
+        }
+
+        let bridge = cuts("bridge", &ids, None);
+        assert!(
+            bridge.iter().all(|&(a, b)| a != 3 && b != 3),
+            "the bridge keeps its links"
+        );
+        assert!(bridge.contains(&(1, 2)) && bridge.contains(&(4, 5)));
+        assert!(!bridge.contains(&(1, 5)));
+    }
+
+    #[test]
+    fn nemesis_names_parse() {
+        assert_eq!(
+            parse_faults("kill,partition,kill").unwrap(),
+            vec![Fault::Kill, Fault::Partition]
+        );
+        assert!(parse_faults("none").unwrap().is_empty());
+        assert!(parse_faults("kill,flood").unwrap_err().contains("flood"));
+    }
+}

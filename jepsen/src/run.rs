@@ -1,0 +1,371 @@
+//! One test run: start the cluster, run a workload against it while the
+//! nemesis works, heal, check the history, write the report.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use crate::cluster::{Cluster, ClusterOpts};
+use crate::history::{self, Event, History, Kind};
+use crate::nemesis::{self, Fault, Schedule};
+use crate::workload::{Anomaly, CheckCtx, CheckResult, RunCtx, Validity};
+use crate::workloads;
+
+/// The workloads `--workload` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    Lock,
+    Register,
+    Sequential,
+    Ephemeral,
+    Watch,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 5] = [
+        Workload::Lock,
+        Workload::Register,
+        Workload::Sequential,
+        Workload::Ephemeral,
+        Workload::Watch,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Lock => "lock",
+            Workload::Register => "register",
+            Workload::Sequential => "sequential",
+            Workload::Ephemeral => "ephemeral",
+            Workload::Watch => "watch",
+        }
+    }
+
+    /// Runs the workload (the lock workload's deliberately unsafe client
+    /// when `unsafe_client`).
+    pub async fn run(self, ctx: &RunCtx, unsafe_client: bool) -> Result<(), String> {
+        match self {
+            Workload::Lock if unsafe_client => workloads::lock::run_unsafe(ctx).await,
+            Workload::Lock => workloads::lock::run(ctx).await,
+            Workload::Register => workloads::register::run(ctx).await,
+            Workload::Sequential => workloads::sequential::run(ctx).await,
+            Workload::Ephemeral => workloads::ephemeral::run(ctx).await,
+            Workload::Watch => workloads::watch::run(ctx).await,
+        }
+    }
+
+    pub fn check(self, events: &[Event], ctx: &CheckCtx) -> CheckResult {
+        match self {
+            Workload::Lock => workloads::lock::check(events, ctx),
+            Workload::Register => workloads::register::check(events, ctx),
+            Workload::Sequential => workloads::sequential::check(events, ctx),
+            Workload::Ephemeral => workloads::ephemeral::check(events, ctx),
+            Workload::Watch => workloads::watch::check(events, ctx),
+        }
+    }
+
+    pub fn planted_anomalies(self) -> Vec<(&'static str, Vec<Event>)> {
+        match self {
+            Workload::Lock => workloads::lock::planted_anomalies(),
+            Workload::Register => workloads::register::planted_anomalies(),
+            Workload::Sequential => workloads::sequential::planted_anomalies(),
+            Workload::Ephemeral => workloads::ephemeral::planted_anomalies(),
+            Workload::Watch => workloads::watch::planted_anomalies(),
+        }
+    }
+}
+
+impl FromStr for Workload {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Workload::ALL
+            .into_iter()
+            .find(|w| w.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown workload {s:?}: expected one of {}",
+                    Workload::ALL.map(Workload::name).join(", ")
+                )
+            })
+    }
+}
+
+/// Everything a run is made of; with the seed, enough to reproduce it.
+#[derive(Debug, Clone)]
+pub struct TestOpts {
+    pub workload: Workload,
+    pub faults: Vec<Fault>,
+    pub nodes: usize,
+    pub time_limit: Duration,
+    pub concurrency: usize,
+    pub rate: f64,
+    pub seed: u64,
+    pub store: PathBuf,
+    pub interval: Duration,
+    pub fault_duration: Duration,
+    pub session_timeout: Duration,
+    pub request_timeout: Duration,
+    pub tick_ms: u64,
+    pub snapshot_entries: u64,
+    pub bin: PathBuf,
+    /// The lock workload's deliberately unsafe client (selftest).
+    pub unsafe_client: bool,
+}
+
+impl TestOpts {
+    /// The command line that reproduces this run.
+    pub fn command_line(&self) -> String {
+        let faults: Vec<&str> = self.faults.iter().map(|f| f.name()).collect();
+        format!(
+            "warden-jepsen test --workload {} --nemesis {} --nodes {} --time-limit {} \
+             --concurrency {} --rate {} --seed {} --nemesis-interval {} --fault-duration {} \
+             --session-timeout-ms {} --request-timeout-ms {} --tick-ms {} --snapshot-entries {}{}",
+            self.workload.name(),
+            if faults.is_empty() {
+                "none".to_string()
+            } else {
+                faults.join(",")
+            },
+            self.nodes,
+            self.time_limit.as_secs_f64(),
+            self.concurrency,
+            self.rate,
+            self.seed,
+            self.interval.as_secs_f64(),
+            self.fault_duration.as_secs_f64(),
+            self.session_timeout.as_millis(),
+            self.request_timeout.as_millis(),
+            self.tick_ms,
+            self.snapshot_entries,
+            if self.unsafe_client {
+                " --unsafe-client"
+            } else {
+                ""
+            },
+        )
+    }
+}
+
+/// What a run concluded.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub valid: Validity,
+    pub dir: PathBuf,
+    pub results: Value,
+}
+
+/// `store/<workload>/<timestamp>/`, made unique.
+fn run_dir(store: &Path, workload: &str) -> std::io::Result<PathBuf> {
+    let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+        .to_string()
+        .replace(['-', ':'], "");
+    let base = store.join(workload);
+    std::fs::create_dir_all(&base)?;
+    let mut dir = base.join(&stamp);
+    let mut n = 1;
+    while dir.exists() {
+        n += 1;
+        dir = base.join(format!("{stamp}-{n}"));
+    }
+    std::fs::create_dir_all(&dir)?;
+    let latest = base.join("latest");
+    let _ = std::fs::remove_file(&latest);
+    #[cfg(unix)]
+    let _ = std::os::unix::fs::symlink(dir.file_name().expect("dir name"), &latest);
+    Ok(dir)
+}
+
+/// Runs one test; `Err` when it could not run at all (exit code 2).
+pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
+    let dir = run_dir(&opts.store, opts.workload.name()).map_err(|e| {
+        format!(
+            "cannot create the run directory under {}: {e}",
+            opts.store.display()
+        )
+    })?;
+    let command = opts.command_line();
+    std::fs::write(dir.join("command.txt"), format!("{command}\n"))
+        .map_err(|e| format!("cannot write into {}: {e}", dir.display()))?;
+    println!("warden-jepsen: {command}");
+    println!("warden-jepsen: run directory {}", dir.display());
+
+    let cluster = Cluster::start(ClusterOpts {
+        nodes: opts.nodes,
+        bin: opts.bin.clone(),
+        dir: dir.join("nodes"),
+        tick_ms: opts.tick_ms,
+        snapshot_entries: opts.snapshot_entries,
+    })
+    .await
+    .map_err(|e| format!("cannot start the cluster: {e}"))?;
+    let servers = cluster.client_addrs();
+    let cluster = Arc::new(tokio::sync::Mutex::new(cluster));
+
+    let history = History::new();
+    let deadline = Instant::now() + opts.time_limit;
+    let ctx = RunCtx {
+        servers,
+        history: history.clone(),
+        seed: opts.seed,
+        concurrency: opts.concurrency,
+        rate: opts.rate,
+        deadline,
+        session_timeout: opts.session_timeout,
+        request_timeout: opts.request_timeout,
+        self_exe: std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?,
+        dir: dir.clone(),
+    };
+    let nemesis = tokio::spawn(nemesis::run(
+        cluster.clone(),
+        history.clone(),
+        Schedule {
+            faults: opts.faults.clone(),
+            interval: opts.interval,
+            duration: opts.fault_duration,
+        },
+        opts.seed,
+        deadline,
+    ));
+    let ran = opts.workload.run(&ctx, opts.unsafe_client).await;
+    let tally = nemesis.await.unwrap_or_default();
+    let crashed = {
+        let mut c = cluster.lock().await;
+        let crashed = c.crashed();
+        c.shutdown();
+        crashed
+    };
+
+    let events = history.events();
+    history::write_jsonl(&events, &dir.join("history.jsonl"))
+        .map_err(|e| format!("cannot write history.jsonl: {e}"))?;
+    let check_ctx = CheckCtx {
+        faults: history::fault_periods(&events),
+        session_timeout: opts.session_timeout,
+        end: events.last().map(|e| e.time).unwrap_or(0),
+    };
+    let mut result = opts.workload.check(&events, &check_ctx);
+    if let Err(e) = &ran {
+        result.valid = result.valid.and(Validity::Unknown);
+        result.notes.push(Anomaly {
+            kind: "workload-error".into(),
+            message: format!("the workload stopped early: {e}"),
+            ops: Vec::new(),
+            detail: Value::Null,
+        });
+    }
+    for (id, status) in &crashed {
+        result.valid = Validity::Invalid;
+        result.anomalies.push(Anomaly {
+            kind: "node-crashed".into(),
+            message: format!("node {id} exited on its own ({status}); see nodes/node-{id}.log"),
+            ops: Vec::new(),
+            detail: json!({"node": id}),
+        });
+    }
+
+    let count = |k: Kind| {
+        events
+            .iter()
+            .filter(|e| e.process.client().is_some() && e.kind == k)
+            .count()
+    };
+    let results = json!({
+        "valid": result.valid.to_json(),
+        "workload": opts.workload.name(),
+        "nemesis": opts.faults.iter().map(|f| f.name()).collect::<Vec<_>>(),
+        "seed": opts.seed,
+        "command": command,
+        "nodes": opts.nodes,
+        "time_limit_s": opts.time_limit.as_secs_f64(),
+        "ops": {
+            "invoked": count(Kind::Invoke),
+            "ok": count(Kind::Ok),
+            "fail": count(Kind::Fail),
+            "info": count(Kind::Info),
+        },
+        "faults": {
+            "injected": tally.started,
+            "by_kind": tally.by_kind,
+            "errors": tally.errors,
+        },
+        "anomalies": result.anomalies,
+        "notes": result.notes,
+        "stats": result.stats,
+    });
+    std::fs::write(
+        dir.join("results.json"),
+        serde_json::to_string_pretty(&results).expect("json") + "\n",
+    )
+    .map_err(|e| format!("cannot write results.json: {e}"))?;
+    write_report(
+        &dir,
+        &format!("{} — {}", opts.workload.name(), command),
+        &events,
+        &results,
+    )
+    .map_err(|e| format!("cannot write the report: {e}"))?;
+    Ok(Outcome {
+        valid: result.valid,
+        dir,
+        results,
+    })
+}
+
+/// Re-checks a stored history (`warden-jepsen check`).
+pub fn recheck(
+    workload: Workload,
+    history_path: &Path,
+    session_timeout: Duration,
+) -> Result<CheckResult, String> {
+    let events = history::read_jsonl(history_path).map_err(|e| e.to_string())?;
+    let ctx = CheckCtx {
+        faults: history::fault_periods(&events),
+        session_timeout,
+        end: events.last().map(|e| e.time).unwrap_or(0),
+    };
+    Ok(workload.check(&events, &ctx))
+}
+
+/// Prints a short summary of a run.
+pub fn summarize(o: &Outcome) {
+    let r = &o.results;
+    println!(
+        "warden-jepsen: {} ops ({} ok, {} fail, {} info), {} faults injected",
+        r["ops"]["invoked"],
+        r["ops"]["ok"],
+        r["ops"]["fail"],
+        r["ops"]["info"],
+        r["faults"]["injected"]
+    );
+    if let Some(a) = r["anomalies"].as_array() {
+        for x in a.iter().take(20) {
+            println!(
+                "  anomaly {}: {}",
+                x["kind"].as_str().unwrap_or("?"),
+                x["message"].as_str().unwrap_or("")
+            );
+        }
+        if a.len() > 20 {
+            println!("  ... and {} more (results.json)", a.len() - 20);
+        }
+    }
+    println!(
+        "warden-jepsen: valid: {} ({})",
+        r["valid"],
+        o.dir.join("results.json").display()
+    );
+}
+
+// Replaced by crate::report once it lands.
+fn write_report(
+    _dir: &Path,
+    _title: &str,
+    _events: &[Event],
+    _results: &Value,
+) -> std::io::Result<()> {
+    Ok(())
+}

@@ -1,0 +1,69 @@
+//! `warden-jepsen selftest`: proof that the suite can fail. Every checker is
+//! fed its workload's histories with planted anomalies, and the lock
+//! workload runs against a real cluster with a deliberately unsafe client;
+//! each must be judged invalid.
+
+use crate::run::{self, TestOpts, Workload};
+use crate::workload::{CheckCtx, Validity};
+
+/// One selftest case and whether the suite caught it.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub name: String,
+    pub caught: bool,
+    pub detail: String,
+}
+
+/// The planted-history cases (no cluster needed).
+pub fn planted_cases() -> Vec<Case> {
+    let mut out = Vec::new();
+    for w in Workload::ALL {
+        let planted = w.planted_anomalies();
+        if planted.is_empty() {
+            out.push(Case {
+                name: format!("{}: planted anomalies", w.name()),
+                caught: false,
+                detail: "the workload plants no anomalies".into(),
+            });
+        }
+        for (name, events) in planted {
+            let ctx = CheckCtx {
+                faults: crate::history::fault_periods(&events),
+                session_timeout: std::time::Duration::from_secs(3),
+                end: events.last().map(|e| e.time).unwrap_or(0),
+            };
+            let r = w.check(&events, &ctx);
+            let kinds: Vec<&str> = r.anomalies.iter().map(|a| a.kind.as_str()).collect();
+            out.push(Case {
+                name: format!("{}: {name}", w.name()),
+                caught: r.valid == Validity::Invalid,
+                detail: format!("valid: {:?}, anomalies: {}", r.valid, kinds.join(", ")),
+            });
+        }
+    }
+    out
+}
+
+/// The unsafe lock client against a real cluster.
+pub async fn unsafe_lock_case(opts: &TestOpts) -> Case {
+    let mut opts = opts.clone();
+    opts.workload = Workload::Lock;
+    opts.unsafe_client = true;
+    match run::test(&opts).await {
+        Ok(o) => Case {
+            name: "lock: unsafe client on a real cluster".into(),
+            caught: o.valid == Validity::Invalid,
+            detail: format!(
+                "valid: {:?}, anomalies: {} ({})",
+                o.valid,
+                o.results["anomalies"].as_array().map(Vec::len).unwrap_or(0),
+                o.dir.display()
+            ),
+        },
+        Err(e) => Case {
+            name: "lock: unsafe client on a real cluster".into(),
+            caught: false,
+            detail: format!("could not run: {e}"),
+        },
+    }
+}
