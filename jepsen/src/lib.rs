@@ -8,5 +8,6 @@ pub mod checkers;
 pub mod clock;
 pub mod history;
 pub mod linearizable;
+pub mod report;
 pub mod workload;
 pub mod workloads;
