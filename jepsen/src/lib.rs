@@ -11,6 +11,7 @@ pub mod history;
 pub mod linearizable;
 pub mod nemesis;
 pub mod proxy;
+pub mod report;
 pub mod run;
 pub mod selftest;
 pub mod workload;

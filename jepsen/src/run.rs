@@ -301,7 +301,7 @@ pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
         serde_json::to_string_pretty(&results).expect("json") + "\n",
     )
     .map_err(|e| format!("cannot write results.json: {e}"))?;
-    write_report(
+    crate::report::write_report(
         &dir,
         &format!("{} — {}", opts.workload.name(), command),
         &events,
@@ -358,14 +358,4 @@ pub fn summarize(o: &Outcome) {
         r["valid"],
         o.dir.join("results.json").display()
     );
-}
-
-// Replaced by crate::report once it lands.
-fn write_report(
-    _dir: &Path,
-    _title: &str,
-    _events: &[Event],
-    _results: &Value,
-) -> std::io::Result<()> {
-    Ok(())
 }
