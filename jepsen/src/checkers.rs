@@ -277,14 +277,17 @@ pub fn check_sequential(
         .filter_map(|c| seq_number(&c.name).map(|s| (s, c.name.as_str())))
         .collect();
     orphans.sort();
+    // Highest number completed by each completion time (prefix maxima).
+    let mut prefix_max: Vec<(u64, Option<u64>)> = Vec::with_capacity(by_completion.len());
+    for a in &by_completion {
+        let before = prefix_max.last().and_then(|p| p.1);
+        prefix_max.push((a.completed, before.max(seq_number(&a.name))));
+    }
     let mut floors: Vec<Option<u64>> = unknown
         .iter()
         .map(|u| {
-            acked
-                .iter()
-                .filter(|a| a.completed < u.invoked)
-                .filter_map(|a| seq_number(&a.name))
-                .max()
+            let n = prefix_max.partition_point(|p| p.0 < u.invoked);
+            n.checked_sub(1).and_then(|i| prefix_max[i].1)
         })
         .collect();
     floors.sort();
@@ -293,7 +296,8 @@ pub fn check_sequential(
     // k candidates below it.
     let mut unexplained = Vec::new();
     for (k, (seq, name)) in orphans.iter().enumerate() {
-        let candidates = floors.iter().filter(|f| f.is_none_or(|f| f < *seq)).count();
+        // `None` sorts first, and means no floor at all.
+        let candidates = floors.partition_point(|f| f.is_none_or(|f| f < *seq));
         if candidates <= k - unexplained.len() {
             unexplained.push(name.to_string());
         }
