@@ -768,7 +768,10 @@ mod tests {
         );
         // An unknown create invoked after op 0 completed can.
         let later = SeqUnknown { op: 1, invoked: 20 };
-        assert_eq!(check_sequential(&acked, &[later.clone()], &all), vec![]);
+        assert_eq!(
+            check_sequential(&acked, std::slice::from_ref(&later), &all),
+            vec![]
+        );
         // But not a child numbered below what completed before it began.
         let low = children(&[(0, 5), (1, 7), (2, 9)]);
         let acked2 = vec![created(0, 0, 10, 2, 9)];
@@ -885,7 +888,12 @@ mod tests {
             ended: 26,
             lasted: false,
         };
-        let clean = check_watch(&writes, &[seg.clone()], &[one.clone()], &[]);
+        let clean = check_watch(
+            &writes,
+            std::slice::from_ref(&seg),
+            std::slice::from_ref(&one),
+            &[],
+        );
         assert_eq!(clean, vec![]);
 
         let mut swapped = seg.clone();

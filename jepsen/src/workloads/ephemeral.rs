@@ -391,9 +391,13 @@ async fn read_holder(
     s.ended_ns.get_or_insert(history.time_of(now));
 }
 
+/// The invocation time (run ns) and paths of the observer's latest `ok`
+/// read.
+type Latest = Arc<Mutex<Option<(u64, BTreeSet<String>)>>>;
+
 /// The observer: one session listing the parent linearizably.
 struct Observer {
-    latest: Arc<Mutex<Option<(u64, BTreeSet<String>)>>>,
+    latest: Latest,
     stop: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -427,7 +431,7 @@ async fn observe(
     ctx: RunCtx,
     parent: String,
     process: Process,
-    latest: Arc<Mutex<Option<(u64, BTreeSet<String>)>>>,
+    latest: Latest,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
     let options = connect_options(&ctx);

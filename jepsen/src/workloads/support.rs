@@ -168,19 +168,6 @@ impl Planted {
         i
     }
 
-    /// Records only an invocation (left open).
-    pub fn invoke(&self, process: u64, f: &str, invoke: Value, at: u64) -> u64 {
-        self.history
-            .record_at(Process::Client(process), Kind::Invoke, f, invoke, None, at)
-            .index
-    }
-
-    /// Records only a completion.
-    pub fn complete(&self, process: u64, f: &str, kind: Kind, result: Value, at: u64) {
-        self.history
-            .record_at(Process::Client(process), kind, f, result, None, at);
-    }
-
     pub fn events(&self) -> Vec<Event> {
         self.history.events()
     }
