@@ -308,6 +308,121 @@ impl Holders {
     }
 }
 
+/// One line a holder prints (see [`holder_main`]); times are
+/// CLOCK_MONOTONIC ns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HolderLine {
+    Created {
+        session: u64,
+        invoked: u64,
+        done: u64,
+    },
+    CreateFailed {
+        at: u64,
+        error: String,
+    },
+    CreateUnknown {
+        at: u64,
+        error: String,
+    },
+    Confirm {
+        invoked: u64,
+        done: u64,
+        present: bool,
+    },
+    ConfirmFailed {
+        invoked: u64,
+        done: u64,
+        error: String,
+    },
+    Closing {
+        at: u64,
+    },
+    Closed {
+        invoked: u64,
+        done: u64,
+    },
+    CloseFailed {
+        invoked: u64,
+        done: u64,
+        error: String,
+    },
+    Ended {
+        at: u64,
+        state: String,
+    },
+}
+
+impl HolderLine {
+    /// Parses a whole line; `None` for anything malformed or cut short.
+    fn parse(line: &str) -> Option<HolderLine> {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let n = |i: usize| words.get(i)?.parse::<u64>().ok();
+        // Error texts are at least one word.
+        let text = |i: usize| (words.len() > i).then(|| words[i..].join(" "));
+        let exactly = |len: usize| (words.len() == len).then_some(());
+        Some(match *words.first()? {
+            "created" => {
+                exactly(4)?;
+                HolderLine::Created {
+                    session: n(1)?,
+                    invoked: n(2)?,
+                    done: n(3)?,
+                }
+            }
+            "create-failed" => HolderLine::CreateFailed {
+                at: n(1)?,
+                error: text(2)?,
+            },
+            "create-unknown" => HolderLine::CreateUnknown {
+                at: n(1)?,
+                error: text(2)?,
+            },
+            "confirm" => {
+                exactly(4)?;
+                HolderLine::Confirm {
+                    invoked: n(1)?,
+                    done: n(2)?,
+                    present: match words[3] {
+                        "1" => true,
+                        "0" => false,
+                        _ => return None,
+                    },
+                }
+            }
+            "confirm-failed" => HolderLine::ConfirmFailed {
+                invoked: n(1)?,
+                done: n(2)?,
+                error: text(3)?,
+            },
+            "closing" => {
+                exactly(2)?;
+                HolderLine::Closing { at: n(1)? }
+            }
+            "closed" => {
+                exactly(3)?;
+                HolderLine::Closed {
+                    invoked: n(1)?,
+                    done: n(2)?,
+                }
+            }
+            "close-failed" => HolderLine::CloseFailed {
+                invoked: n(1)?,
+                done: n(2)?,
+                error: text(3)?,
+            },
+            "ended" => {
+                exactly(3)?;
+                HolderLine::Ended {
+                    at: n(1)?,
+                    state: words[2].to_string(),
+                }
+            }
+            _ => return None,
+        })
+    }
+}
+
 /// Records what one holder prints (see [`holder_main`] for the lines).
 async fn read_holder(
     history: History,
@@ -325,56 +440,64 @@ async fn read_holder(
         history.record_at(process, kind, f, value, error, to);
     };
     while let Ok(Some(line)) = lines.next_line().await {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let ns = |i: usize| {
-            words
-                .get(i)
-                .and_then(|w| w.parse::<u64>().ok())
-                .unwrap_or(0)
+        let Some(parsed) = HolderLine::parse(&line) else {
+            // A line cut short by SIGKILL, say: what it said is not known.
+            tracing::warn!(%line, %path, "unreadable line from an ephemeral holder");
+            continue;
         };
-        let rest = |i: usize| words.get(i..).map(|w| w.join(" ")).unwrap_or_default();
-        match words.first().copied() {
-            Some("created") if create_open => {
+        let ended = |at: u64| {
+            let mut s = status.lock().expect("status lock");
+            s.ended_ns.get_or_insert(history.time_of(at));
+        };
+        match parsed {
+            HolderLine::Created { session, done, .. } if create_open => {
                 create_open = false;
-                let value = json!({ "path": path, "session": ns(1) });
-                history.record_at(process, Kind::Ok, "create", value, None, ns(3));
+                let value = json!({ "path": path, "session": session });
+                history.record_at(process, Kind::Ok, "create", value, None, done);
                 status.lock().expect("status lock").created = true;
             }
-            Some("create-failed") if create_open => {
+            HolderLine::CreateFailed { at, error } if create_open => {
                 create_open = false;
-                history.record_at(process, Kind::Fail, "create", pv(), Some(rest(2)), ns(1));
+                history.record_at(process, Kind::Fail, "create", pv(), Some(error), at);
             }
-            Some("create-unknown") if create_open => {
+            HolderLine::CreateUnknown { at, error } if create_open => {
                 create_open = false;
-                history.record_at(process, Kind::Info, "create", pv(), Some(rest(2)), ns(1));
+                history.record_at(process, Kind::Info, "create", pv(), Some(error), at);
             }
-            Some("confirm") => {
-                let value = json!({ "path": path, "present": ns(3) == 1 });
-                pair("confirm", ns(1), Kind::Ok, value, None, ns(2));
+            HolderLine::Confirm {
+                invoked,
+                done,
+                present,
+            } => {
+                let value = json!({ "path": path, "present": present });
+                pair("confirm", invoked, Kind::Ok, value, None, done);
             }
-            Some("confirm-failed") => {
-                pair("confirm", ns(1), Kind::Fail, pv(), Some(rest(3)), ns(2));
-            }
-            Some("closing") => close_asked = Some(ns(1)),
-            Some("closed") => {
+            HolderLine::ConfirmFailed {
+                invoked,
+                done,
+                error,
+            } => pair("confirm", invoked, Kind::Fail, pv(), Some(error), done),
+            HolderLine::Closing { at } => close_asked = Some(at),
+            HolderLine::Closed { invoked, done } => {
                 close_asked = None;
-                pair("close", ns(1), Kind::Ok, pv(), None, ns(2));
-                let mut s = status.lock().expect("status lock");
-                s.ended_ns.get_or_insert(history.time_of(ns(2)));
+                pair("close", invoked, Kind::Ok, pv(), None, done);
+                ended(done);
             }
-            Some("close-failed") => {
+            HolderLine::CloseFailed {
+                invoked,
+                done,
+                error,
+            } => {
                 close_asked = None;
-                pair("close", ns(1), Kind::Info, pv(), Some(rest(3)), ns(2));
-                let mut s = status.lock().expect("status lock");
-                s.ended_ns.get_or_insert(history.time_of(ns(2)));
+                pair("close", invoked, Kind::Info, pv(), Some(error), done);
+                ended(done);
             }
-            Some("ended") => {
-                let value = json!({ "path": path, "state": rest(2) });
-                pair("session-ended", ns(1), Kind::Ok, value, None, ns(1));
-                let mut s = status.lock().expect("status lock");
-                s.ended_ns.get_or_insert(history.time_of(ns(1)));
+            HolderLine::Ended { at, state } => {
+                let value = json!({ "path": path, "state": state });
+                pair("session-ended", at, Kind::Ok, value, None, at);
+                ended(at);
             }
-            _ => tracing::warn!(%line, %path, "unexpected line from an ephemeral holder"),
+            other => tracing::warn!(?other, %path, "unexpected line from an ephemeral holder"),
         }
     }
     let now = clock::mono_ns();
@@ -1061,6 +1184,31 @@ mod tests {
             Some(1_000 + grace)
         );
         assert_eq!(linger_deadline(100, t, &[fault(150, None)]), None);
+    }
+
+    #[test]
+    fn holder_lines_parse_strictly() {
+        assert_eq!(
+            HolderLine::parse("confirm 10 20 1"),
+            Some(HolderLine::Confirm {
+                invoked: 10,
+                done: 20,
+                present: true
+            })
+        );
+        // Cut short by a SIGKILL: not taken as "absent".
+        assert_eq!(HolderLine::parse("confirm 10 20"), None);
+        assert_eq!(HolderLine::parse("confirm 10 2"), None);
+        assert_eq!(HolderLine::parse("created 7 1 2 3"), None);
+        assert_eq!(
+            HolderLine::parse("close-failed 1 2 ConnectionLoss: x"),
+            Some(HolderLine::CloseFailed {
+                invoked: 1,
+                done: 2,
+                error: "ConnectionLoss: x".into()
+            })
+        );
+        assert_eq!(HolderLine::parse("create-unknown 5"), None);
     }
 
     #[test]

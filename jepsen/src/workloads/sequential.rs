@@ -20,7 +20,7 @@ use warden_client::{Client, CreateOptions, ErrorCode};
 
 use super::support::{
     connect_options, connect_until, ensure_path, run_tag, write_outcome, Planted, Processes,
-    RETRY_PAUSE,
+    ERROR_PAUSE, RETRY_PAUSE,
 };
 use crate::checkers::{check_sequential, SeqChild, SeqCreate, SeqUnknown, SequentialAnomaly};
 use crate::history::{pair, Event, Kind};
@@ -85,6 +85,8 @@ async fn worker(ctx: RunCtx, w: usize, parent: String, processes: Processes) {
                     ctx.history.info(&inv, value, e.to_string());
                     process = processes.fresh();
                 }
+                // While disconnected calls fail at once: do not spin.
+                tokio::time::sleep_until((Instant::now() + ERROR_PAUSE).min(ctx.deadline)).await;
                 if e.code() == ErrorCode::SessionExpired {
                     client = None;
                 }

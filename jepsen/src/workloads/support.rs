@@ -16,6 +16,9 @@ use crate::workload::RunCtx;
 
 /// Pause between attempts to connect or to make a setup node.
 pub const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// Pause after a failed operation (calls fail at once while a client is
+/// disconnected; this keeps a worker from spinning through them).
+pub const ERROR_PAUSE: Duration = Duration::from_millis(50);
 /// Longest a workload tries to make its parent nodes before giving up.
 pub const SETUP_BOUND: Duration = Duration::from_secs(60);
 

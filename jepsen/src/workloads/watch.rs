@@ -38,7 +38,7 @@ use warden_client::{Client, SessionState};
 
 use super::support::{
     connect_options, connect_until, ensure_path, run_tag, write_outcome, Planted, Processes,
-    RETRY_PAUSE,
+    ERROR_PAUSE, RETRY_PAUSE,
 };
 use crate::checkers::{
     check_watch, AckedWrite, Delivered, Disconnect, Oneshot, PersistentSegment, WatchAnomaly,
@@ -174,6 +174,8 @@ async fn writer(
                     ctx.history.info(&inv, value, e.to_string());
                     process = processes.fresh();
                 }
+                // While disconnected calls fail at once: do not spin.
+                tokio::time::sleep_until((Instant::now() + ERROR_PAUSE).min(ctx.deadline)).await;
             }
         }
         if !interval.is_zero() {
