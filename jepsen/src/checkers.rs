@@ -100,103 +100,416 @@ pub fn check_lock(grants: &[Grant], fence_accepted: &[u64]) -> Vec<LockAnomaly> 
     out
 }
 
+// ---------------------------------------------------------------- sequential
+
+/// An acknowledged sequential create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeqCreate {
+    /// History index of the invocation.
+    pub op: u64,
+    /// Run time (ns) of the invocation and of the `ok`.
+    pub invoked: u64,
+    pub completed: u64,
+    /// The created node's name (not path) and the czxid its stat carried.
+    pub name: String,
+    pub czxid: u64,
+}
+
+/// A create whose outcome is unknown (`info`, or never completed): it may
+/// have made a child at any time after `invoked`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeqUnknown {
+    pub op: u64,
+    pub invoked: u64,
+}
+
+/// A child of the parent in the final read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeqChild {
+    pub name: String,
+    pub czxid: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SequentialAnomaly {
     /// An acknowledged create is missing at the end.
-    Lost { name: String },
+    Lost { op: u64, name: String },
     /// Two acknowledged creates got the same name.
-    Duplicate { name: String },
-    /// Sequence order and commit (czxid) order disagree.
+    Duplicate { ops: [u64; 2], name: String },
+    /// The final read's czxid of a node is not the one its create returned.
+    CzxidChanged {
+        op: u64,
+        name: String,
+        acked: u64,
+        found: u64,
+    },
+    /// Sequence order and commit (czxid) order disagree: `a` has the lower
+    /// sequence number but not the lower czxid.
     OutOfOrder { a: (String, u64), b: (String, u64) },
+    /// Create `earlier` completed before create `later` was invoked, yet
+    /// `later` got the lower (or same) sequence number.
+    RealTime {
+        earlier: u64,
+        later: u64,
+        earlier_name: String,
+        later_name: String,
+    },
+    /// Children no create could have made: neither acknowledged, nor
+    /// explained by an unknown create invoked late enough.
+    Unexplained { names: Vec<String> },
+    /// A name without a sequence suffix.
+    BadName { name: String },
 }
 
-/// `acked`: (created name, its czxid) for every acknowledged create;
-/// `final_children`: the parent's children at the end.
+/// The sequence number of a sequential node's name (its last 10 digits).
+pub fn seq_number(name: &str) -> Option<u64> {
+    let tail = name.get(name.len().checked_sub(10)?..)?;
+    if tail.bytes().all(|b| b.is_ascii_digit()) {
+        tail.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// Judges sequential creates against the parent's children at the end.
 pub fn check_sequential(
-    acked: &[(String, u64)],
-    final_children: &[String],
+    acked: &[SeqCreate],
+    unknown: &[SeqUnknown],
+    final_children: &[SeqChild],
 ) -> Vec<SequentialAnomaly> {
     let mut out = Vec::new();
-    let present: BTreeSet<&str> = final_children.iter().map(String::as_str).collect();
-    let mut names = BTreeSet::new();
-    for (name, _) in acked {
-        if !names.insert(name.as_str()) {
-            out.push(SequentialAnomaly::Duplicate { name: name.clone() });
+    let present: BTreeMap<&str, u64> = final_children
+        .iter()
+        .map(|c| (c.name.as_str(), c.czxid))
+        .collect();
+
+    // No lost writes, unique names, stable czxids.
+    let mut by_name: BTreeMap<&str, &SeqCreate> = BTreeMap::new();
+    for a in acked {
+        if let Some(first) = by_name.insert(a.name.as_str(), a) {
+            out.push(SequentialAnomaly::Duplicate {
+                ops: [first.op, a.op],
+                name: a.name.clone(),
+            });
         }
-        if !present.contains(name.as_str()) {
-            out.push(SequentialAnomaly::Lost { name: name.clone() });
+        match present.get(a.name.as_str()) {
+            None => out.push(SequentialAnomaly::Lost {
+                op: a.op,
+                name: a.name.clone(),
+            }),
+            Some(&found) if found != a.czxid => out.push(SequentialAnomaly::CzxidChanged {
+                op: a.op,
+                name: a.name.clone(),
+                acked: a.czxid,
+                found,
+            }),
+            Some(_) => {}
         }
     }
-    let mut by_name: Vec<&(String, u64)> = acked.iter().collect();
-    by_name.sort_by_key(|a| seq_suffix(&a.0));
-    for w in by_name.windows(2) {
-        if w[1].1 < w[0].1 {
+
+    // Sequence order is commit order, over every node known to exist(ed).
+    let mut known: BTreeMap<u64, (String, u64)> = BTreeMap::new();
+    for (name, czxid) in final_children
+        .iter()
+        .map(|c| (&c.name, c.czxid))
+        .chain(acked.iter().map(|a| (&a.name, a.czxid)))
+    {
+        match seq_number(name) {
+            Some(seq) => {
+                known.entry(seq).or_insert_with(|| (name.clone(), czxid));
+            }
+            None => {
+                let bad = SequentialAnomaly::BadName { name: name.clone() };
+                if !out.contains(&bad) {
+                    out.push(bad);
+                }
+            }
+        }
+    }
+    let ordered: Vec<&(String, u64)> = known.values().collect();
+    for w in ordered.windows(2) {
+        if w[1].1 <= w[0].1 {
             out.push(SequentialAnomaly::OutOfOrder {
                 a: w[0].clone(),
                 b: w[1].clone(),
             });
         }
     }
+
+    // Real time: whatever completed before an invocation has a lower
+    // number. Sweep invocations in time order, keeping the completed create
+    // with the highest number.
+    let mut by_completion: Vec<&SeqCreate> = acked.iter().collect();
+    by_completion.sort_by_key(|a| a.completed);
+    let mut by_invocation: Vec<&SeqCreate> = acked.iter().collect();
+    by_invocation.sort_by_key(|a| a.invoked);
+    let mut highest: Option<(u64, &SeqCreate)> = None;
+    let mut next = 0;
+    for b in &by_invocation {
+        while next < by_completion.len() && by_completion[next].completed < b.invoked {
+            let a = by_completion[next];
+            if let Some(seq) = seq_number(&a.name) {
+                if highest.is_none_or(|(h, _)| seq > h) {
+                    highest = Some((seq, a));
+                }
+            }
+            next += 1;
+        }
+        if let (Some((h, a)), Some(seq)) = (highest, seq_number(&b.name)) {
+            if seq <= h {
+                out.push(SequentialAnomaly::RealTime {
+                    earlier: a.op,
+                    later: b.op,
+                    earlier_name: a.name.clone(),
+                    later_name: b.name.clone(),
+                });
+            }
+        }
+    }
+
+    // Children nobody acknowledged must each be the work of a distinct
+    // unknown create, which got a number above every create that
+    // completed before it was invoked.
+    let acked_names: BTreeSet<&str> = acked.iter().map(|a| a.name.as_str()).collect();
+    let mut orphans: Vec<(u64, &str)> = final_children
+        .iter()
+        .filter(|c| !acked_names.contains(c.name.as_str()))
+        .filter_map(|c| seq_number(&c.name).map(|s| (s, c.name.as_str())))
+        .collect();
+    orphans.sort();
+    // Highest number completed by each completion time (prefix maxima).
+    let mut prefix_max: Vec<(u64, Option<u64>)> = Vec::with_capacity(by_completion.len());
+    for a in &by_completion {
+        let before = prefix_max.last().and_then(|p| p.1);
+        prefix_max.push((a.completed, before.max(seq_number(&a.name))));
+    }
+    let mut floors: Vec<Option<u64>> = unknown
+        .iter()
+        .map(|u| {
+            let n = prefix_max.partition_point(|p| p.0 < u.invoked);
+            n.checked_sub(1).and_then(|i| prefix_max[i].1)
+        })
+        .collect();
+    floors.sort();
+    // The set of unknown creates that could have made a child only grows
+    // with its number, so taking orphans in ascending order, the k-th needs
+    // k candidates below it.
+    let mut unexplained = Vec::new();
+    for (k, (seq, name)) in orphans.iter().enumerate() {
+        // `None` sorts first, and means no floor at all.
+        let candidates = floors.partition_point(|f| f.is_none_or(|f| f < *seq));
+        if candidates <= k - unexplained.len() {
+            unexplained.push(name.to_string());
+        }
+    }
+    if !unexplained.is_empty() {
+        out.push(SequentialAnomaly::Unexplained { names: unexplained });
+    }
     out
 }
 
-fn seq_suffix(name: &str) -> i64 {
-    let digits: String = name
-        .chars()
-        .rev()
-        .take(10)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
-    digits.parse().unwrap_or(i64::MIN)
+// ---------------------------------------------------------------- ephemeral
+
+/// A linearizable read of the ephemerals' parent (an `ok` one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildrenRead {
+    pub op: u64,
+    pub invoked: u64,
+    pub completed: u64,
+    /// Full paths of the children.
+    pub present: BTreeSet<String>,
 }
 
-/// An ephemeral node's life as the harness saw it.
+/// A holder's successful check that its session lives (a linearizable
+/// exists of its own node on its own session).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EphemeralObservation {
+pub struct Confirm {
+    pub op: u64,
+    pub invoked: u64,
+    pub completed: u64,
+    /// Whether the node was there.
+    pub present: bool,
+}
+
+/// One ephemeral node's life as the run recorded it (times: run ns).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EphemeralLife {
     pub path: String,
-    /// When its session was last known alive, and when it ended
-    /// (expired or closed; `None` if it never did), monotonic ns.
-    pub session_alive_until_ns: u64,
-    pub session_ended_ns: Option<u64>,
-    /// When observers saw the node gone (`None`: still there at the end).
-    pub seen_gone_ns: Option<u64>,
+    /// The create's invocation index, and when it completed `ok` (`None`:
+    /// outcome unknown).
+    pub create_op: u64,
+    pub created_at: Option<u64>,
+    pub confirms: Vec<Confirm>,
+    /// The session was closed cleanly: the close's index and completion.
+    /// Every read invoked after it must find the node gone.
+    pub closed: Option<(u64, u64)>,
+    /// The session ended some other way (holder killed, close unknown,
+    /// expiry seen): the op that says so and the time by which the node
+    /// must be gone (`None`: no bound is checked, e.g. a fault still in
+    /// force at the end).
+    pub must_be_gone_by: Option<(u64, u64)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EphemeralAnomaly {
-    /// Gone while its session was known alive.
-    VanishedWhileAlive { path: String },
-    /// Still there too long after its session ended.
-    Lingered { path: String, after_ns: u64 },
+    /// Seen gone (by `gone_op`, completed first) before a confirmation
+    /// (`confirm_op`, invoked later) that its session still lived.
+    VanishedWhileAlive {
+        path: String,
+        gone_op: u64,
+        confirm_op: u64,
+    },
+    /// Seen present by a read invoked after another saw it gone.
+    Reappeared {
+        path: String,
+        gone_op: u64,
+        present_op: u64,
+    },
+    /// Still present in a read invoked after its session was closed.
+    LingeredAfterClose {
+        path: String,
+        close_op: u64,
+        read_op: u64,
+    },
+    /// Still present in a read invoked after its deadline.
+    Lingered {
+        path: String,
+        end_op: u64,
+        read_op: u64,
+        late_ns: u64,
+    },
 }
 
-/// `bound_ns`: how long after a session ends its ephemerals may linger.
-pub fn check_ephemeral(obs: &[EphemeralObservation], bound_ns: u64) -> Vec<EphemeralAnomaly> {
+/// Judges ephemeral lives against the observer's reads. Nodes never come
+/// back once gone (paths are never reused), and sessions never come back
+/// once over, so one observation each way in the wrong real-time order is
+/// proof enough.
+pub fn check_ephemeral(lives: &[EphemeralLife], reads: &[ChildrenRead]) -> Vec<EphemeralAnomaly> {
     let mut out = Vec::new();
-    for o in obs {
-        if let Some(gone) = o.seen_gone_ns {
-            if gone < o.session_alive_until_ns {
+    for life in lives {
+        let path = life.path.as_str();
+        // Absence only means "gone" once the create is known to have
+        // happened, and only in reads invoked after that.
+        let gone = life.created_at.and_then(|created| {
+            let from_reads = reads
+                .iter()
+                .filter(|r| r.invoked > created && !r.present.contains(path))
+                .map(|r| (r.completed, r.op));
+            let from_holder = life
+                .confirms
+                .iter()
+                .filter(|c| !c.present)
+                .map(|c| (c.completed, c.op));
+            from_reads.chain(from_holder).min()
+        });
+        if let Some((gone_at, gone_op)) = gone {
+            if let Some(c) = life.confirms.iter().find(|c| c.invoked > gone_at) {
                 out.push(EphemeralAnomaly::VanishedWhileAlive {
-                    path: o.path.clone(),
+                    path: life.path.clone(),
+                    gone_op,
+                    confirm_op: c.op,
+                });
+            }
+            if let Some(r) = reads
+                .iter()
+                .find(|r| r.invoked > gone_at && r.present.contains(path))
+            {
+                out.push(EphemeralAnomaly::Reappeared {
+                    path: life.path.clone(),
+                    gone_op,
+                    present_op: r.op,
                 });
             }
         }
-        if let Some(ended) = o.session_ended_ns {
-            let lingered = match o.seen_gone_ns {
-                Some(gone) => gone.saturating_sub(ended),
-                None => u64::MAX,
-            };
-            if lingered > bound_ns {
+        if let Some((close_op, closed_at)) = life.closed {
+            if let Some(r) = reads
+                .iter()
+                .find(|r| r.invoked > closed_at && r.present.contains(path))
+            {
+                out.push(EphemeralAnomaly::LingeredAfterClose {
+                    path: life.path.clone(),
+                    close_op,
+                    read_op: r.op,
+                });
+            }
+        }
+        if let Some((end_op, deadline)) = life.must_be_gone_by {
+            if let Some(r) = reads
+                .iter()
+                .find(|r| r.invoked > deadline && r.present.contains(path))
+            {
                 out.push(EphemeralAnomaly::Lingered {
-                    path: o.path.clone(),
-                    after_ns: lingered,
+                    path: life.path.clone(),
+                    end_op,
+                    read_op: r.op,
+                    late_ns: r.invoked - deadline,
                 });
             }
         }
     }
     out
+}
+
+// ---------------------------------------------------------------- watch
+
+/// An acknowledged write to a watched node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AckedWrite {
+    pub op: u64,
+    pub path: String,
+    /// The mzxid the write's stat returned.
+    pub zxid: u64,
+    pub invoked: u64,
+    pub completed: u64,
+}
+
+/// A watch event as a watcher received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivered {
+    pub op: u64,
+    pub zxid: u64,
+    /// Run time of delivery.
+    pub at: u64,
+}
+
+/// One registration of a persistent recursive watch, from the `ok` of its
+/// `AddWatch` to the end of its stream or of the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PersistentSegment {
+    pub watcher: u64,
+    pub segment: u64,
+    pub started: u64,
+    pub events: Vec<Delivered>,
+    pub ended: u64,
+    /// The watch lived until the run stopped it after the drain (rather
+    /// than ending early: session expired, queue overflowed); it then
+    /// covers every acknowledged write.
+    pub lasted: bool,
+}
+
+/// A stretch during which a watcher's session was disconnected (a blip too
+/// short to see has `from == to`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disconnect {
+    pub watcher: u64,
+    pub from: u64,
+    pub to: u64,
+}
+
+/// One one-shot watch: the read that set it and what it fired with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Oneshot {
+    pub watcher: u64,
+    /// The read's invocation index (identifies the registration).
+    pub op: u64,
+    pub path: String,
+    /// The mzxid the read returned.
+    pub read_mzxid: u64,
+    pub fired: Vec<Delivered>,
+    /// When the watcher stopped waiting, if it never fired, and whether it
+    /// was the run that stopped it after the drain (not the session ending).
+    pub ended: u64,
+    pub lasted: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -204,48 +517,138 @@ pub enum WatchAnomaly {
     /// Events delivered to one watcher out of zxid order.
     OutOfOrder {
         watcher: u64,
-        before: u64,
-        after: u64,
+        before: Delivered,
+        after: Delivered,
     },
-    /// A change a persistent watch should have reported, never delivered.
-    Missed { watcher: u64, zxid: u64 },
+    /// An acknowledged write a persistent watch covered, never delivered,
+    /// with no disconnect to explain it.
+    Missed {
+        watcher: u64,
+        segment: u64,
+        write_op: u64,
+        zxid: u64,
+    },
     /// A one-shot watch fired more than once.
-    FiredTwice { watcher: u64 },
+    FiredTwice { watcher: u64, op: u64 },
+    /// A one-shot fired for a change no newer than what its read saw.
+    Stale {
+        watcher: u64,
+        op: u64,
+        read_mzxid: u64,
+        zxid: u64,
+    },
+    /// A one-shot that lasted to the end never fired, though an
+    /// acknowledged write changed its node after its read.
+    NeverFired {
+        watcher: u64,
+        op: u64,
+        write_op: u64,
+        zxid: u64,
+    },
 }
 
-/// `delivered`: per watcher, the zxids of its events in delivery order;
-/// `persistent_expected`: per persistent watcher, the zxids of every
-/// change it covers; `oneshot`: watchers that were one-shot.
+/// Judges watch deliveries against the acknowledged writes.
+///
+/// A persistent watch must deliver every acknowledged write invoked after
+/// it was registered, or newer than its first event, up to its last event
+/// (or all of them, if it lasted through the drain). A reconnect re-adds
+/// persistent watches without replaying what happened meanwhile (as in
+/// ZooKeeper), so a missed write is excused when the watcher was
+/// disconnected at some time after the write was invoked and before the
+/// next event it did get (or its end).
 pub fn check_watch(
-    delivered: &BTreeMap<u64, Vec<u64>>,
-    persistent_expected: &BTreeMap<u64, Vec<u64>>,
-    oneshot: &BTreeSet<u64>,
+    writes: &[AckedWrite],
+    persistent: &[PersistentSegment],
+    oneshots: &[Oneshot],
+    disconnects: &[Disconnect],
 ) -> Vec<WatchAnomaly> {
     let mut out = Vec::new();
-    for (&w, zxids) in delivered {
-        for pair in zxids.windows(2) {
-            if pair[1] <= pair[0] {
-                out.push(WatchAnomaly::OutOfOrder {
-                    watcher: w,
-                    before: pair[0],
-                    after: pair[1],
+    let out_of_order = |watcher: u64, events: &mut dyn Iterator<Item = &Delivered>| {
+        let mut found = Vec::new();
+        let mut last: Option<&Delivered> = None;
+        for e in events {
+            if let Some(l) = last {
+                if e.zxid <= l.zxid {
+                    found.push(WatchAnomaly::OutOfOrder {
+                        watcher,
+                        before: l.clone(),
+                        after: e.clone(),
+                    });
+                }
+            }
+            last = Some(e);
+        }
+        found
+    };
+
+    for seg in persistent {
+        out.extend(out_of_order(seg.watcher, &mut seg.events.iter()));
+        let got: BTreeSet<u64> = seg.events.iter().map(|e| e.zxid).collect();
+        let first = seg.events.first().map(|e| e.zxid);
+        let last = seg.events.last().map(|e| e.zxid);
+        for w in writes {
+            let after_start = w.invoked > seg.started || first.is_some_and(|f| w.zxid > f);
+            let before_end = seg.lasted || last.is_some_and(|l| w.zxid < l);
+            if !after_start || !before_end || got.contains(&w.zxid) {
+                continue;
+            }
+            let next_at = seg
+                .events
+                .iter()
+                .find(|e| e.zxid > w.zxid)
+                .map(|e| e.at)
+                .unwrap_or(seg.ended);
+            let excused = disconnects
+                .iter()
+                .any(|d| d.watcher == seg.watcher && d.to >= w.invoked && d.from <= next_at);
+            if !excused {
+                out.push(WatchAnomaly::Missed {
+                    watcher: seg.watcher,
+                    segment: seg.segment,
+                    write_op: w.op,
+                    zxid: w.zxid,
                 });
             }
-        }
-        if oneshot.contains(&w) && zxids.len() > 1 {
-            out.push(WatchAnomaly::FiredTwice { watcher: w });
         }
     }
-    for (&w, expected) in persistent_expected {
-        let got: BTreeSet<u64> = delivered.get(&w).into_iter().flatten().copied().collect();
-        for z in expected {
-            if !got.contains(z) {
-                out.push(WatchAnomaly::Missed {
-                    watcher: w,
-                    zxid: *z,
+
+    let mut by_watcher: BTreeMap<u64, Vec<&Oneshot>> = BTreeMap::new();
+    for o in oneshots {
+        by_watcher.entry(o.watcher).or_default().push(o);
+        if o.fired.len() > 1 {
+            out.push(WatchAnomaly::FiredTwice {
+                watcher: o.watcher,
+                op: o.op,
+            });
+        }
+        for e in &o.fired {
+            if e.zxid <= o.read_mzxid {
+                out.push(WatchAnomaly::Stale {
+                    watcher: o.watcher,
+                    op: o.op,
+                    read_mzxid: o.read_mzxid,
+                    zxid: e.zxid,
                 });
             }
         }
+        if o.fired.is_empty() && o.lasted {
+            if let Some(w) = writes
+                .iter()
+                .find(|w| w.path == o.path && w.zxid > o.read_mzxid && w.completed < o.ended)
+            {
+                out.push(WatchAnomaly::NeverFired {
+                    watcher: o.watcher,
+                    op: o.op,
+                    write_op: w.op,
+                    zxid: w.zxid,
+                });
+            }
+        }
+    }
+    for (watcher, list) in by_watcher {
+        let mut events: Vec<&Delivered> = list.iter().flat_map(|o| o.fired.iter()).collect();
+        events.sort_by_key(|e| (e.at, e.op));
+        out.extend(out_of_order(watcher, &mut events.into_iter()));
     }
     out
 }
@@ -299,86 +702,261 @@ mod tests {
         );
     }
 
+    fn created(op: u64, invoked: u64, completed: u64, seq: u64, czxid: u64) -> SeqCreate {
+        SeqCreate {
+            op,
+            invoked,
+            completed,
+            name: format!("n-{seq:010}"),
+            czxid,
+        }
+    }
+
+    fn children(list: &[(u64, u64)]) -> Vec<SeqChild> {
+        list.iter()
+            .map(|&(seq, czxid)| SeqChild {
+                name: format!("n-{seq:010}"),
+                czxid,
+            })
+            .collect()
+    }
+
     #[test]
-    fn sequential_anomalies() {
-        let acked = vec![
-            ("n-0000000000".to_string(), 5),
-            ("n-0000000001".to_string(), 7),
-        ];
-        let all = vec!["n-0000000000".to_string(), "n-0000000001".to_string()];
-        assert!(check_sequential(&acked, &all).is_empty());
+    fn sequential_clean_and_planted() {
+        let acked = vec![created(0, 0, 10, 0, 5), created(1, 5, 20, 1, 7)];
+        let all = children(&[(0, 5), (1, 7)]);
+        assert_eq!(check_sequential(&acked, &[], &all), vec![]);
         assert_eq!(
-            check_sequential(&acked, &all[..1]),
+            check_sequential(&acked, &[], &all[..1]),
             vec![SequentialAnomaly::Lost {
+                op: 1,
                 name: "n-0000000001".into()
             }]
         );
-        let swapped = vec![
-            ("n-0000000000".to_string(), 9),
-            ("n-0000000001".to_string(), 7),
-        ];
+        let swapped = children(&[(0, 9), (1, 7)]);
         assert!(matches!(
-            check_sequential(&swapped, &all)[0],
-            SequentialAnomaly::OutOfOrder { .. }
+            check_sequential(&[], &vec![SeqUnknown { op: 0, invoked: 0 }; 2], &swapped)[..],
+            [SequentialAnomaly::OutOfOrder { .. }]
         ));
-        let dup = vec![
-            ("n-0000000000".to_string(), 5),
-            ("n-0000000000".to_string(), 6),
-        ];
-        assert!(
-            check_sequential(&dup, &all).contains(&SequentialAnomaly::Duplicate {
-                name: "n-0000000000".into()
-            })
+        let dup = vec![created(0, 0, 10, 0, 5), created(1, 0, 10, 0, 5)];
+        assert!(check_sequential(&dup, &[], &all)
+            .iter()
+            .any(|a| matches!(a, SequentialAnomaly::Duplicate { .. })));
+        // Op 1 completed before op 0 was invoked, yet got the higher number.
+        let late = vec![created(0, 30, 40, 0, 5), created(1, 0, 10, 1, 7)];
+        assert_eq!(
+            check_sequential(&late, &[], &all),
+            vec![SequentialAnomaly::RealTime {
+                earlier: 1,
+                later: 0,
+                earlier_name: "n-0000000001".into(),
+                later_name: "n-0000000000".into()
+            }]
         );
     }
 
     #[test]
-    fn ephemeral_anomalies() {
-        let ok = EphemeralObservation {
+    fn sequential_children_must_be_explained() {
+        let acked = vec![created(0, 0, 10, 0, 5)];
+        let all = children(&[(0, 5), (1, 7)]);
+        // Nobody could have made n-1.
+        assert_eq!(
+            check_sequential(&acked, &[], &all),
+            vec![SequentialAnomaly::Unexplained {
+                names: vec!["n-0000000001".into()]
+            }]
+        );
+        // An unknown create invoked after op 0 completed can.
+        let later = SeqUnknown { op: 1, invoked: 20 };
+        assert_eq!(
+            check_sequential(&acked, std::slice::from_ref(&later), &all),
+            vec![]
+        );
+        // But not a child numbered below what completed before it began.
+        let low = children(&[(0, 5), (1, 7), (2, 9)]);
+        let acked2 = vec![created(0, 0, 10, 2, 9)];
+        assert_eq!(
+            check_sequential(&acked2, &[later.clone(), later], &low),
+            vec![SequentialAnomaly::Unexplained {
+                names: vec!["n-0000000000".into(), "n-0000000001".into()]
+            }]
+        );
+        assert_eq!(seq_number("n-0000000012"), Some(12));
+        assert_eq!(seq_number("n-12"), None);
+    }
+
+    fn read(op: u64, invoked: u64, completed: u64, present: &[&str]) -> ChildrenRead {
+        ChildrenRead {
+            op,
+            invoked,
+            completed,
+            present: present.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
+    fn life() -> EphemeralLife {
+        EphemeralLife {
             path: "/e".into(),
-            session_alive_until_ns: 100,
-            session_ended_ns: Some(150),
-            seen_gone_ns: Some(160),
-        };
-        assert!(check_ephemeral(std::slice::from_ref(&ok), 50).is_empty());
-        let early = EphemeralObservation {
-            seen_gone_ns: Some(90),
-            ..ok.clone()
-        };
-        assert!(check_ephemeral(&[early], 50)
-            .contains(&EphemeralAnomaly::VanishedWhileAlive { path: "/e".into() }));
-        let lingering = EphemeralObservation {
-            seen_gone_ns: None,
-            ..ok
-        };
-        assert!(matches!(
-            check_ephemeral(&[lingering], 50)[0],
-            EphemeralAnomaly::Lingered { .. }
-        ));
+            create_op: 0,
+            created_at: Some(10),
+            confirms: vec![Confirm {
+                op: 1,
+                invoked: 20,
+                completed: 25,
+                present: true,
+            }],
+            closed: None,
+            must_be_gone_by: Some((2, 100)),
+        }
     }
 
     #[test]
-    fn watch_anomalies() {
-        let mut delivered = BTreeMap::new();
-        delivered.insert(1, vec![5, 7, 9]);
-        delivered.insert(2, vec![8]);
-        let mut expected = BTreeMap::new();
-        expected.insert(1, vec![5, 7, 9]);
-        let oneshot: BTreeSet<u64> = [2].into();
-        assert!(check_watch(&delivered, &expected, &oneshot).is_empty());
-        delivered.insert(1, vec![5, 9, 7]);
-        delivered.insert(2, vec![8, 10]);
-        expected.insert(1, vec![5, 7, 9, 11]);
-        let found = check_watch(&delivered, &expected, &oneshot);
-        assert!(found.contains(&WatchAnomaly::OutOfOrder {
+    fn ephemeral_clean_and_planted() {
+        let reads = vec![read(3, 15, 18, &["/e"]), read(4, 60, 70, &[])];
+        assert_eq!(check_ephemeral(&[life()], &reads), vec![]);
+        // Gone (read completed at 18) before a confirmation invoked at 20.
+        let early = vec![read(3, 15, 18, &[])];
+        assert_eq!(
+            check_ephemeral(&[life()], &early),
+            vec![EphemeralAnomaly::VanishedWhileAlive {
+                path: "/e".into(),
+                gone_op: 3,
+                confirm_op: 1
+            }]
+        );
+        let back = vec![read(3, 30, 40, &[]), read(4, 50, 60, &["/e"])];
+        assert!(matches!(
+            check_ephemeral(&[life()], &back)[..],
+            [EphemeralAnomaly::Reappeared { .. }]
+        ));
+        let lingering = vec![read(3, 30, 40, &["/e"]), read(4, 120, 130, &["/e"])];
+        assert_eq!(
+            check_ephemeral(&[life()], &lingering),
+            vec![EphemeralAnomaly::Lingered {
+                path: "/e".into(),
+                end_op: 2,
+                read_op: 4,
+                late_ns: 20
+            }]
+        );
+        let closed = EphemeralLife {
+            closed: Some((5, 50)),
+            must_be_gone_by: None,
+            ..life()
+        };
+        assert!(matches!(
+            check_ephemeral(&[closed], &lingering)[..],
+            [EphemeralAnomaly::LingeredAfterClose { read_op: 4, .. }]
+        ));
+    }
+
+    fn write(op: u64, zxid: u64, invoked: u64) -> AckedWrite {
+        AckedWrite {
+            op,
+            path: "/w/0".into(),
+            zxid,
+            invoked,
+            completed: invoked + 5,
+        }
+    }
+
+    fn delivered(op: u64, zxid: u64, at: u64) -> Delivered {
+        Delivered { op, zxid, at }
+    }
+
+    #[test]
+    fn watch_clean_and_planted() {
+        let writes = vec![write(0, 5, 10), write(1, 7, 20), write(2, 9, 30)];
+        let seg = PersistentSegment {
             watcher: 1,
-            before: 9,
-            after: 7
-        }));
-        assert!(found.contains(&WatchAnomaly::FiredTwice { watcher: 2 }));
-        assert!(found.contains(&WatchAnomaly::Missed {
+            segment: 0,
+            started: 5,
+            events: vec![
+                delivered(10, 5, 16),
+                delivered(11, 7, 26),
+                delivered(12, 9, 36),
+            ],
+            ended: 50,
+            lasted: true,
+        };
+        let one = Oneshot {
+            watcher: 2,
+            op: 20,
+            path: "/w/0".into(),
+            read_mzxid: 5,
+            fired: vec![delivered(21, 7, 26)],
+            ended: 26,
+            lasted: false,
+        };
+        let clean = check_watch(
+            &writes,
+            std::slice::from_ref(&seg),
+            std::slice::from_ref(&one),
+            &[],
+        );
+        assert_eq!(clean, vec![]);
+
+        let mut swapped = seg.clone();
+        swapped.events.swap(1, 2);
+        assert!(check_watch(&writes, &[swapped], &[], &[])
+            .iter()
+            .any(|a| matches!(a, WatchAnomaly::OutOfOrder { watcher: 1, .. })));
+
+        let mut missing = seg.clone();
+        missing.events.remove(1);
+        let missed = WatchAnomaly::Missed {
             watcher: 1,
-            zxid: 11
-        }));
+            segment: 0,
+            write_op: 1,
+            zxid: 7,
+        };
+        assert_eq!(
+            check_watch(&writes, &[missing.clone()], &[], &[]),
+            vec![missed]
+        );
+        // A disconnect after the write began and before the next event
+        // excuses it; one before the write does not.
+        let during = Disconnect {
+            watcher: 1,
+            from: 22,
+            to: 24,
+        };
+        assert_eq!(
+            check_watch(&writes, &[missing.clone()], &[], &[during]),
+            vec![]
+        );
+        let before = Disconnect {
+            watcher: 1,
+            from: 12,
+            to: 14,
+        };
+        assert_eq!(check_watch(&writes, &[missing], &[], &[before]).len(), 1);
+
+        let stale = Oneshot {
+            fired: vec![delivered(21, 5, 26)],
+            ..one.clone()
+        };
+        assert!(matches!(
+            check_watch(&writes, &[], &[stale], &[])[..],
+            [WatchAnomaly::Stale { zxid: 5, .. }]
+        ));
+        let twice = Oneshot {
+            fired: vec![delivered(21, 7, 26), delivered(22, 9, 36)],
+            ..one.clone()
+        };
+        assert!(matches!(
+            check_watch(&writes, &[], &[twice], &[])[..],
+            [WatchAnomaly::FiredTwice { .. }]
+        ));
+        let silent = Oneshot {
+            fired: vec![],
+            ended: 60,
+            lasted: true,
+            ..one
+        };
+        assert!(matches!(
+            check_watch(&writes, &[], &[silent], &[])[..],
+            [WatchAnomaly::NeverFired { zxid: 7, .. }]
+        ));
     }
 }

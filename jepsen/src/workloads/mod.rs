@@ -5,4 +5,5 @@ pub mod ephemeral;
 pub mod lock;
 pub mod register;
 pub mod sequential;
+mod support;
 pub mod watch;
