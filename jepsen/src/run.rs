@@ -303,7 +303,17 @@ pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
     .map_err(|e| format!("cannot write results.json: {e}"))?;
     crate::report::write_report(
         &dir,
-        &format!("{} — {}", opts.workload.name(), command),
+        &format!(
+            "{} · {} · {} nodes · seed {}",
+            opts.workload.name(),
+            results["nemesis"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(","))
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "no faults".into()),
+            opts.nodes,
+            opts.seed
+        ),
         &events,
         &results,
     )
