@@ -66,6 +66,8 @@ const CONNECT_RETRY_PAUSE: Duration = Duration::from_millis(250);
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
 /// Liveness bound beyond twice the session timeout (see [`liveness_bound`]).
 const LIVENESS_SLACK: Duration = Duration::from_secs(5);
+/// Anomalies (and notes) reported in full per kind; the rest are counted.
+const REPORTED_PER_KIND_MAX: usize = 20;
 /// In the unsafe run: every this many rounds, a second write uses the
 /// previous grant's token.
 const UNSAFE_STALE_EVERY: u32 = 3;
@@ -717,6 +719,8 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
             .filter(|o| o.invoke.f == f && o.outcome() == kind)
             .count()
     };
+    let (anomalies, anomaly_counts) = keep_first_per_kind(anomalies);
+    let (notes, note_counts) = keep_first_per_kind(notes);
     let stats = json!({
         "acquire": { "ok": count("acquire", Kind::Ok), "fail": count("acquire", Kind::Fail), "info": count("acquire", Kind::Info) },
         "write": { "accepted": count("write", Kind::Ok), "refused": count("write", Kind::Fail) },
@@ -724,10 +728,27 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
         "grants": plain.len(),
         "grants_session_ended": plain.iter().filter(|g| g.session_expired).count(),
         "processes": by_process.len(),
-        "overlaps_after_expiry": notes.len(),
+        "anomalies_by_kind": anomaly_counts,
+        "notes_by_kind": note_counts,
         "liveness_bound_ms": bound.as_millis() as u64,
     });
     CheckResult::from_anomalies(anomalies, notes, stats)
+}
+
+/// Keeps the first [`REPORTED_PER_KIND_MAX`] anomalies of each kind (a
+/// broken lock overlaps thousands of times; the first few tell the story)
+/// and counts them all.
+fn keep_first_per_kind(all: Vec<Anomaly>) -> (Vec<Anomaly>, BTreeMap<String, usize>) {
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    let mut kept = Vec::new();
+    for a in all {
+        let n = counts.entry(a.kind.clone()).or_default();
+        *n += 1;
+        if *n <= REPORTED_PER_KIND_MAX {
+            kept.push(a);
+        }
+    }
+    (kept, counts)
 }
 
 /// Whether a grant's session may have ended during the hold, which excuses
