@@ -62,8 +62,13 @@ const HOLD_MS_MIN: u64 = 2;
 const HOLD_MS_MAX: u64 = 40;
 /// Pause between attempts to open a session while none will.
 const CONNECT_RETRY_PAUSE: Duration = Duration::from_millis(250);
-/// How long a retired or finished client gets to close its session.
+/// How long a retired or finished client gets to close its session, on
+/// top of the session timeout (a close that gets through after a fault
+/// frees the lock sooner than the session's expiry would).
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
+/// Pause after retiring a session, so that a cluster refusing everything
+/// at once is not flooded with new sessions.
+const RETIRE_PAUSE: Duration = Duration::from_millis(200);
 /// Liveness bound beyond twice the session timeout (see [`liveness_bound`]).
 const LIVENESS_SLACK: Duration = Duration::from_secs(5);
 /// Anomalies (and notes) reported in full per kind; the rest are counted.
@@ -252,7 +257,8 @@ impl Worker {
             };
             loop {
                 if self.past_deadline() {
-                    close_in_background(client);
+                    drop(locker);
+                    let _ = tokio::time::timeout(CLOSE_WAIT, client.close()).await;
                     return;
                 }
                 match self.round(&client, &locker).await {
@@ -265,8 +271,9 @@ impl Worker {
                 }
             }
             drop(locker);
-            close_in_background(client);
+            close_in_background(client, self.ctx.session_timeout);
             self.generation += 1;
+            tokio::time::sleep(RETIRE_PAUSE).await;
         }
     }
 
@@ -340,7 +347,10 @@ impl Worker {
 
         self.rounds += 1;
         self.write(process, token, token);
-        if self.mode == Mode::Unsafe && self.rounds % UNSAFE_STALE_EVERY == 0 {
+        // `is_multiple_of` needs Rust 1.87; the workspace supports 1.85.
+        #[allow(clippy::manual_is_multiple_of)]
+        let stale_round = self.rounds % UNSAFE_STALE_EVERY == 0;
+        if self.mode == Mode::Unsafe && stale_round {
             // A zombie of the previous grant, writing late.
             if let Some(previous) = self.previous_token {
                 self.write(process, token, previous);
@@ -522,9 +532,9 @@ async fn ensure_parents(client: &Client, path: &str) -> Result<(), warden_client
 
 /// Closes `client`'s session without waiting for it (a session that cannot
 /// be closed expires on the server).
-fn close_in_background(client: Client) {
+fn close_in_background(client: Client, session_timeout: Duration) {
     tokio::spawn(async move {
-        let _ = tokio::time::timeout(CLOSE_WAIT, client.close()).await;
+        let _ = tokio::time::timeout(session_timeout + CLOSE_WAIT, client.close()).await;
     });
 }
 

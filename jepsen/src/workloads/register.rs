@@ -28,7 +28,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use tokio::time::Instant;
-use warden_client::{Client, ConnectOptions, CreateOptions, Error, ErrorCode, Stat};
+use warden_client::{Client, ConnectOptions, CreateOptions, Error, ErrorCode, SessionState, Stat};
 
 use crate::history::{pair, Event, History, Kind, Process};
 use crate::linearizable::{check_keys, Operation, RegOp, Verdict};
@@ -50,6 +50,16 @@ const CONNECT_RETRY_PAUSE: Duration = Duration::from_millis(250);
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
 /// How long `run` keeps trying to create the run's root.
 const SETUP_WAIT: Duration = Duration::from_secs(30);
+/// An `info` counts as this many operations towards moving to fresh
+/// keys: every unknown outcome stays open for the rest of the history and
+/// multiplies the checker's search, so a key that collects a few of them
+/// is retired early (about four per key).
+const INFO_WEIGHT: u64 = OPS_PER_KEY / 4;
+/// After an operation that went wrong: a pause, and then, if the client is
+/// disconnected, a wait (at most this long) for it to reconnect, rather
+/// than a flood of calls that fail at once with `ConnectionLoss`.
+const ERROR_PAUSE: Duration = Duration::from_millis(50);
+const RECONNECT_WAIT_MAX: Duration = Duration::from_secs(1);
 /// Stuck operations listed per non-linearizable key.
 const STUCK_REPORTED_MAX: usize = 10;
 
@@ -248,6 +258,11 @@ impl Worker {
             json!({ "key": key.to_string(), "value": choice.value() }),
         );
         let outcome = apply(client, &path, choice).await;
+        let outcome_kind = match &outcome {
+            Outcome::Ok(_) => Kind::Ok,
+            Outcome::Fail(_) => Kind::Fail,
+            Outcome::Info(_) => Kind::Info,
+        };
         let key = key.to_string();
         match outcome {
             Outcome::Ok(value) => self
@@ -261,9 +276,30 @@ impl Worker {
                 self.history()
                     .info(&inv, json!({ "key": key, "value": choice.value() }), why);
                 self.generation += 1;
+                self.issued.fetch_add(INFO_WEIGHT, Ordering::Relaxed);
+                calm_down(client).await;
+                return;
             }
         }
+        // A refused operation is business as usual, unless it failed
+        // because the client is offline.
+        let offline = *client.session_events().borrow() == SessionState::Disconnected;
+        if outcome_kind == Kind::Fail && offline {
+            calm_down(client).await;
+        }
     }
+}
+
+/// Pauses after an operation that went wrong, and waits for a
+/// disconnected client to reconnect (bounded).
+async fn calm_down(client: &Client) {
+    tokio::time::sleep(ERROR_PAUSE).await;
+    let mut state = client.session_events();
+    let _ = tokio::time::timeout(
+        RECONNECT_WAIT_MAX,
+        state.wait_for(|s| *s != SessionState::Disconnected),
+    )
+    .await;
 }
 
 /// Runs `choice` on the register at `path`.
@@ -354,16 +390,19 @@ fn decode(data: &[u8]) -> Result<Option<i64>, String> {
         })
 }
 
-/// The per-key register histories of `events`: `fail` operations dropped,
-/// `info` ones open for ever. Also the history index of each operation's
-/// invocation, by (process, invocation time).
-fn register_histories(
-    events: &[Event],
-) -> (
-    BTreeMap<String, Vec<Operation>>,
-    HashMap<(u64, u64), u64>,
-    usize,
-) {
+/// What the checker reads out of a history.
+struct Registers {
+    /// Per key, the operations: `fail` ones dropped, `info` ones open for
+    /// ever.
+    by_key: BTreeMap<String, Vec<Operation>>,
+    /// The history index of each operation's invocation, by (process,
+    /// invocation time).
+    index: HashMap<(u64, u64), u64>,
+    /// Operations whose values could not be read.
+    unreadable: usize,
+}
+
+fn register_histories(events: &[Event]) -> Registers {
     let mut by_key: BTreeMap<String, Vec<Operation>> = BTreeMap::new();
     let mut index: HashMap<(u64, u64), u64> = HashMap::new();
     let mut unreadable = 0;
@@ -431,12 +470,20 @@ fn register_histories(
             op: reg,
         });
     }
-    (by_key, index, unreadable)
+    Registers {
+        by_key,
+        index,
+        unreadable,
+    }
 }
 
 /// Judges a history of this workload.
 pub fn check(events: &[Event], _ctx: &CheckCtx) -> CheckResult {
-    let (by_key, index, unreadable) = register_histories(events);
+    let Registers {
+        by_key,
+        index,
+        unreadable,
+    } = register_histories(events);
     let verdicts = check_keys(&by_key);
     let mut anomalies = Vec::new();
     let mut unknown_keys = Vec::new();
