@@ -100,6 +100,73 @@ pub fn check_lock(grants: &[Grant], fence_accepted: &[u64]) -> Vec<LockAnomaly> 
     out
 }
 
+/// A stretch of healthy time (no fault in force) at least as long as the
+/// liveness bound in which the lock was never granted: `[start, end)`, run
+/// nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrantlessWindow {
+    pub start: u64,
+    pub end: u64,
+}
+
+/// Liveness of a lock: within `[from, to]`, every stretch of at least
+/// `bound_ns` during which no fault was in force must contain a grant.
+///
+/// `grants_at`: when each grant was learned (any order); `faults`: the
+/// periods `[start, end)` in force (`None`: until the end). A healthy
+/// stretch is cut at every grant, so a window is measured from a fault's
+/// end (or `from`) or from the last grant, to the next grant, the next
+/// fault's start or `to`.
+pub fn check_liveness(
+    grants_at: &[u64],
+    faults: &[(u64, Option<u64>)],
+    from: u64,
+    to: u64,
+    bound_ns: u64,
+) -> Vec<GrantlessWindow> {
+    let mut out = Vec::new();
+    if to <= from {
+        return out;
+    }
+    // The healthy stretches: [from, to] minus the union of the faults.
+    let mut faults: Vec<(u64, u64)> = faults
+        .iter()
+        .map(|&(start, end)| (start, end.unwrap_or(u64::MAX)))
+        .filter(|&(start, end)| end > start)
+        .collect();
+    faults.sort_unstable();
+    let mut healthy = Vec::new();
+    let mut at = from;
+    for (start, end) in faults {
+        if start > at {
+            healthy.push((at, start.min(to)));
+        }
+        at = at.max(end);
+        if at >= to {
+            break;
+        }
+    }
+    if at < to {
+        healthy.push((at, to));
+    }
+    let mut grants: Vec<u64> = grants_at.to_vec();
+    grants.sort_unstable();
+    for (start, end) in healthy {
+        let mut last = start;
+        let inside = grants.iter().copied().filter(|&g| g >= start && g <= end);
+        for g in inside.chain(std::iter::once(end)) {
+            if g.saturating_sub(last) >= bound_ns {
+                out.push(GrantlessWindow {
+                    start: last,
+                    end: g,
+                });
+            }
+            last = g;
+        }
+    }
+    out
+}
+
 // ---------------------------------------------------------------- sequential
 
 /// An acknowledged sequential create.
@@ -719,6 +786,37 @@ mod tests {
                 czxid,
             })
             .collect()
+    }
+
+    #[test]
+    fn liveness_wants_a_grant_in_every_long_healthy_stretch() {
+        let s = 1_000_000_000;
+        // Grants every 2 s over a 20 s run: fine with a 5 s bound.
+        let steady: Vec<u64> = (0..10).map(|i| i * 2 * s).collect();
+        assert!(check_liveness(&steady, &[], 0, 20 * s, 5 * s).is_empty());
+        // No grant from 4 s to 20 s: one window, from the last grant.
+        let stalled = [0, 2 * s, 4 * s];
+        assert_eq!(
+            check_liveness(&stalled, &[], 0, 20 * s, 5 * s),
+            vec![GrantlessWindow {
+                start: 4 * s,
+                end: 20 * s
+            }]
+        );
+        // The same stall is excused while a fault is in force, but not for
+        // a long healthy stretch after it ended.
+        assert!(check_liveness(&stalled, &[(5 * s, None)], 0, 20 * s, 5 * s).is_empty());
+        assert!(check_liveness(&stalled, &[(5 * s, Some(18 * s))], 0, 20 * s, 5 * s).is_empty());
+        assert_eq!(
+            check_liveness(&stalled, &[(5 * s, Some(10 * s))], 0, 20 * s, 5 * s),
+            vec![GrantlessWindow {
+                start: 10 * s,
+                end: 20 * s
+            }]
+        );
+        // Overlapping faults merge.
+        let faults = [(3 * s, Some(9 * s)), (8 * s, Some(19 * s))];
+        assert!(check_liveness(&stalled, &faults, 0, 20 * s, 5 * s).is_empty());
     }
 
     #[test]
