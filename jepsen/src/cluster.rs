@@ -20,6 +20,9 @@ pub const NODE_START_TIMEOUT: Duration = Duration::from_secs(30);
 pub const CLUSTER_READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bound on one admin request (cluster status, membership change).
 pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// A member this close to the commit index counts as caught up (status
+/// reports are periodic, so under load a healthy member lags a little).
+pub const CAUGHT_UP_LAG: u64 = 1000;
 /// How often readiness is polled.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -253,7 +256,9 @@ impl Cluster {
                 match self.status_from(id).await {
                     Ok(s) => {
                         let all = s.members.len() == self.nodes.len()
-                            && s.members.iter().all(|m| m.reachable && m.lag < 50);
+                            && s.members
+                                .iter()
+                                .all(|m| m.reachable && m.lag < CAUGHT_UP_LAG);
                         if s.leader_id != 0 && all {
                             return Ok(());
                         }
@@ -443,7 +448,7 @@ impl Cluster {
                 if let Ok(s) = self.status_from(other).await {
                     if s.members
                         .iter()
-                        .any(|m| m.id == id && m.reachable && m.lag < 100)
+                        .any(|m| m.id == id && m.reachable && m.lag < CAUGHT_UP_LAG)
                     {
                         return Ok(());
                     }

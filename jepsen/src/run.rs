@@ -308,7 +308,11 @@ pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
             opts.workload.name(),
             results["nemesis"]
                 .as_array()
-                .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(","))
+                .map(|a| a
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(","))
                 .filter(|s| !s.is_empty())
                 .unwrap_or_else(|| "no faults".into()),
             opts.nodes,

@@ -1,0 +1,124 @@
+//! Short runs of the suite against real clusters, as CI runs them: the
+//! selftest (every planted anomaly caught, the unsafe lock client caught),
+//! then every workload for about 30 s under kill and partition faults on a
+//! 3-node cluster, each of which must be judged valid. Runs one at a time
+//! (each starts its own cluster); their reports stay under
+//! target/tmp/jepsen-store for reading when one fails.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+
+/// One cluster at a time: the machine running CI has two cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn store() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("jepsen-store")
+}
+
+fn jepsen(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_warden-jepsen"))
+        .args(args)
+        .output()
+        .expect("run warden-jepsen");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[test]
+fn selftest_catches_every_planted_anomaly() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let store = store();
+    let (code, out) = jepsen(&[
+        "selftest",
+        "--nodes",
+        "3",
+        "--time-limit",
+        "10",
+        "--store",
+        store.to_str().unwrap(),
+    ]);
+    println!("{out}");
+    assert_eq!(code, 0, "selftest missed an anomaly:\n{out}");
+    assert!(!out.contains("MISSED"));
+}
+
+fn short_run(workload: &str) {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let store = store();
+    let (code, out) = jepsen(&[
+        "test",
+        "--workload",
+        workload,
+        "--nemesis",
+        "kill,partition",
+        "--nodes",
+        "3",
+        "--time-limit",
+        "30",
+        "--concurrency",
+        "5",
+        "--nemesis-interval",
+        "4",
+        "--fault-duration",
+        "5",
+        "--store",
+        store.to_str().unwrap(),
+    ]);
+    println!("{out}");
+    assert_eq!(code, 0, "{workload} run not valid:\n{out}");
+    let dir = store.join(workload).join("latest");
+    for f in [
+        "history.jsonl",
+        "results.json",
+        "timeline.html",
+        "latency.svg",
+        "throughput.svg",
+    ] {
+        assert!(
+            dir.join(f).exists(),
+            "{workload}: {f} missing in {}",
+            dir.display()
+        );
+    }
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["valid"], serde_json::Value::Bool(true));
+    assert!(
+        results["ops"]["ok"].as_u64().unwrap() > 0,
+        "{workload}: no op succeeded"
+    );
+    assert!(
+        results["faults"]["injected"].as_u64().unwrap() > 0,
+        "{workload}: no fault injected"
+    );
+}
+
+#[test]
+fn lock_under_kill_and_partition() {
+    short_run("lock");
+}
+
+#[test]
+fn register_under_kill_and_partition() {
+    short_run("register");
+}
+
+#[test]
+fn sequential_under_kill_and_partition() {
+    short_run("sequential");
+}
+
+#[test]
+fn ephemeral_under_kill_and_partition() {
+    short_run("ephemeral");
+}
+
+#[test]
+fn watch_under_kill_and_partition() {
+    short_run("watch");
+}
