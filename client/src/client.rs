@@ -373,9 +373,14 @@ impl Client {
 
     /// Closes the session: the server deletes its ephemeral nodes and ends
     /// its watches. Later calls on any clone fail with [`Error::Closed`].
-    /// Closing a session that is already over is not an error. If the
-    /// client is disconnected, it closes locally and the server ends the
-    /// session when it times out.
+    /// Closing a session that is already over is not an error.
+    ///
+    /// `Ok` means the server confirmed. The client is closed locally
+    /// either way; if the server's confirmation does not come (the client
+    /// is disconnected: [`Error::ConnectionLoss`]; no answer within the
+    /// request timeout: [`Error::Timeout`]), the close may or may not have
+    /// reached the server, and if it did not, the session and its
+    /// ephemeral nodes live on until the session times out.
     pub async fn close(&self) -> Result<()> {
         if self.inner.state.borrow().is_terminal() {
             return Ok(());

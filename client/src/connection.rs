@@ -326,6 +326,10 @@ struct Pending {
 struct Closing {
     deadline: Instant,
     replies: Vec<oneshot::Sender<Result<()>>>,
+    /// Why the server's confirmation never came (the session then lives on
+    /// at the server until it times out); `None` while waiting or once
+    /// confirmed.
+    unconfirmed: Option<Error>,
 }
 
 /// The session as the task knows it.
@@ -503,14 +507,18 @@ impl Connection {
             ))),
             _ = sleep_until(close_at.unwrap_or(dead_at)), if close_at.is_some() => {
                 warn!("the server did not answer the close in time");
+                if let Some(c) = &mut self.closing {
+                    c.unconfirmed = Some(Error::Timeout);
+                }
                 Err(Exit::End(End::Closed))
             }
         }
     }
 
     /// A broken connection: lost, unless we were closing anyway.
-    fn lost(&self, reason: String) -> Exit {
-        if self.closing.is_some() {
+    fn lost(&mut self, reason: String) -> Exit {
+        if let Some(c) = &mut self.closing {
+            c.unconfirmed = Some(Error::ConnectionLoss);
             Exit::End(End::Closed)
         } else {
             Exit::Lost(reason)
@@ -712,6 +720,7 @@ impl Connection {
         self.closing = Some(Closing {
             deadline: Instant::now() + self.options.request_timeout,
             replies: reply.into_iter().collect(),
+            unconfirmed: None,
         });
         let op = pb::request::Op::Close(pb::CloseRequest {});
         self.send(transport, op, Reply::Close, None).await
@@ -881,6 +890,7 @@ impl Connection {
                         self.closing = Some(Closing {
                             deadline: Instant::now(),
                             replies: vec![reply],
+                            unconfirmed: Some(Error::ConnectionLoss),
                         });
                         return Err(End::Closed);
                     }
@@ -901,8 +911,13 @@ impl Connection {
         self.fail_pending(&err);
         self.registry.fail_all(&err);
         if let Some(closing) = self.closing.take() {
+            // An expired session is as over as a closed one.
+            let answer = match (end, closing.unconfirmed) {
+                (End::Closed, Some(e)) => Err(e),
+                _ => Ok(()),
+            };
             for tx in closing.replies {
-                let _ = tx.send(Ok(()));
+                let _ = tx.send(answer.clone());
             }
         }
         self.commands.close();

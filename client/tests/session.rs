@@ -330,15 +330,38 @@ async fn removing_persistent_watches_reaches_the_server() {
 }
 
 #[tokio::test]
-async fn close_while_disconnected_is_local() {
+async fn close_while_disconnected_is_local_and_says_so() {
     let fake = FakeWarden::start();
     let c = connect(&fake.addr).await;
+    let id = c.session_id();
     fake.set_accepting(false);
     fake.drop_connections();
     wait_state(&c, SessionState::Disconnected).await;
-    timeout(WAIT, c.close()).await.unwrap().unwrap();
+    // Closed here, but the server never heard: not a success.
+    let err = timeout(WAIT, c.close()).await.unwrap().unwrap_err();
+    assert_eq!(err, Error::ConnectionLoss);
     assert_eq!(*c.session_events().borrow(), SessionState::Closed);
     assert_eq!(c.exists("/").await.unwrap_err(), Error::Closed);
+    assert!(fake.session_alive(id), "the server still has the session");
+    // Closing again: the session is over here, nothing more to report.
+    c.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn close_the_server_never_answers_is_a_timeout() {
+    // Found by the Jepsen ephemeral workload: close() used to report
+    // success when its request went unanswered (a leader cut off by a
+    // partition), while the session and its ephemerals lived on.
+    let fake = FakeWarden::start();
+    let c = Client::connect(&fake.addr, options_with(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    let id = c.session_id();
+    fake.set_stalled(true);
+    let err = timeout(WAIT, c.close()).await.unwrap().unwrap_err();
+    assert_eq!(err, Error::Timeout);
+    assert_eq!(*c.session_events().borrow(), SessionState::Closed);
+    assert!(fake.session_alive(id));
 }
 
 #[tokio::test]
