@@ -309,8 +309,20 @@ pub struct FaultPeriod {
     pub start: u64,
     /// `None`: still in force when the history ends.
     pub end: Option<u64>,
-    /// What the nemesis did (nodes, grudge).
+    /// What the nemesis did (nodes, grudge, and `majority_kept`: whether a
+    /// majority of nodes stayed up and connected throughout).
     pub detail: Value,
+}
+
+impl FaultPeriod {
+    /// Whether a majority of nodes stayed up and connected throughout (as
+    /// the nemesis recorded it; `false` when it did not say).
+    pub fn majority_kept(&self) -> bool {
+        self.detail
+            .get("majority_kept")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
 }
 
 /// The nemesis operation that starts each fault, and the one that ends it.

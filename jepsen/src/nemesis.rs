@@ -198,6 +198,11 @@ async fn targets(c: &mut Cluster, rng: &mut StdRng) -> (String, Vec<u64>) {
     }
 }
 
+/// Whether `nodes` leave a majority of the cluster untouched.
+fn minority(nodes: &[u64], c: &Cluster) -> bool {
+    nodes.len() <= (c.ids().len() - 1) / 2
+}
+
 async fn start(
     c: &mut Cluster,
     history: &History,
@@ -208,28 +213,24 @@ async fn start(
     match fault {
         Fault::Kill => {
             let (how, nodes) = targets(c, rng).await;
-            let inv = history.invoke(
-                Process::NEMESIS,
-                "kill",
-                json!({"targets": how, "nodes": nodes}),
-            );
+            let value =
+                json!({"targets": how, "nodes": nodes, "majority_kept": minority(&nodes, c)});
+            let inv = history.invoke(Process::NEMESIS, "kill", value.clone());
             for &id in &nodes {
                 c.kill(id);
             }
-            history.ok(&inv, json!({"targets": how, "nodes": nodes}));
+            history.ok(&inv, value);
             Undo::Restart(NodeSet::of(&nodes))
         }
         Fault::Pause => {
             let (how, nodes) = targets(c, rng).await;
-            let inv = history.invoke(
-                Process::NEMESIS,
-                "pause",
-                json!({"targets": how, "nodes": nodes}),
-            );
+            let value =
+                json!({"targets": how, "nodes": nodes, "majority_kept": minority(&nodes, c)});
+            let inv = history.invoke(Process::NEMESIS, "pause", value.clone());
             for &id in &nodes {
                 c.pause(id);
             }
-            history.ok(&inv, json!({"targets": how, "nodes": nodes}));
+            history.ok(&inv, value);
             Undo::Resume(NodeSet::of(&nodes))
         }
         Fault::Partition => {
@@ -239,7 +240,12 @@ async fn start(
                 Mode::BlackHole
             };
             let (grudge, cuts) = partition(c, rng).await;
-            let value = json!({"grudge": grudge, "mode": mode, "cuts": cuts});
+            // Halves and an isolated leader leave a connected majority;
+            // in a majorities ring or a bridge no majority is fully
+            // connected.
+            let kept = c.ids().len() >= 3 && (grudge == "halves" || grudge == "isolate-leader");
+            let value =
+                json!({"grudge": grudge, "mode": mode, "cuts": cuts, "majority_kept": kept});
             let inv = history.invoke(Process::NEMESIS, "partition", value.clone());
             let links: Vec<_> = cuts
                 .iter()
@@ -252,10 +258,11 @@ async fn start(
         Fault::Membership => {
             let ids = c.ids();
             let id = *ids.choose(rng).expect("nodes");
-            let inv = history.invoke(Process::NEMESIS, "remove", json!({"node": id}));
+            let value = json!({"node": id, "majority_kept": c.ids().len() >= 3});
+            let inv = history.invoke(Process::NEMESIS, "remove", value.clone());
             match c.remove_member(id).await {
                 Ok(()) => {
-                    history.ok(&inv, json!({"node": id}));
+                    history.ok(&inv, value);
                     Undo::Membership(id)
                 }
                 Err(e) => {
@@ -267,11 +274,12 @@ async fn start(
         }
         Fault::RestartAll => {
             let ids = c.ids();
-            let inv = history.invoke(Process::NEMESIS, "stop-all", json!({"nodes": ids}));
+            let value = json!({"nodes": ids, "majority_kept": false});
+            let inv = history.invoke(Process::NEMESIS, "stop-all", value.clone());
             for &id in &ids {
                 c.kill(id);
             }
-            history.ok(&inv, json!({"nodes": ids}));
+            history.ok(&inv, value);
             Undo::StartAll
         }
     }

@@ -703,8 +703,16 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
     let acquires: Vec<&Op> = ops.iter().filter(|o| o.invoke.f == "acquire").collect();
     let from = acquires.iter().map(|o| o.invoke.time).min().unwrap_or(0);
     let to = acquires.iter().map(|o| o.invoke.time).max().unwrap_or(0);
-    let mut faults: Vec<(u64, Option<u64>)> = ctx.faults.iter().map(|f| (f.start, f.end)).collect();
-    faults.extend(fault_periods(events).iter().map(|f| (f.start, f.end)));
+    // Only faults that take the majority down or apart excuse a stall: with
+    // a majority up and connected, the lock must keep being granted.
+    let mut faults: Vec<(u64, Option<u64>)> = ctx
+        .faults
+        .iter()
+        .chain(fault_periods(events).iter())
+        .filter(|f| !f.majority_kept())
+        .map(|f| (f.start, f.end))
+        .collect();
+    faults.dedup();
     let bound = liveness_bound(ctx.session_timeout);
     let granted_at: Vec<u64> = plain.iter().map(|g| g.acquired_ns).collect();
     for w in check_liveness(&granted_at, &faults, from, to, bound.as_nanos() as u64) {
@@ -1075,6 +1083,21 @@ mod tests {
 
     #[test]
     fn faults_excuse_a_long_stall() {
+        // Faults that took the majority down or apart excuse it...
+        let result = check(&with_kill(Value::Null), &ctx());
+        assert_eq!(result.valid, Validity::Valid, "{result:?}");
+        let lost = json!({"nodes": [1, 2], "majority_kept": false});
+        let result = check(&with_kill(lost), &ctx());
+        assert_eq!(result.valid, Validity::Valid, "{result:?}");
+        // ...but with a majority up and connected, the lock must be granted.
+        let kept = json!({"nodes": [1], "majority_kept": true});
+        let result = check(&with_kill(kept), &ctx());
+        assert_eq!(result.valid, Validity::Invalid, "{result:?}");
+        assert_eq!(result.anomalies[0].kind, "no-grant-while-healthy");
+    }
+
+    /// The planted stall with a kill over it whose value is `value`.
+    fn with_kill(value: Value) -> Vec<Event> {
         let mut events = planted_anomalies().pop().unwrap().1;
         // A kill from just after the grant to past the last refusal.
         let n = events.len() as u64;
@@ -1092,7 +1115,11 @@ mod tests {
                 process: Process::NEMESIS,
                 kind,
                 f: f.into(),
-                value: Value::Null,
+                value: if f == "kill" {
+                    value.clone()
+                } else {
+                    Value::Null
+                },
                 time: at_ms * MS,
                 mono_ns: at_ms * MS,
                 wall_ns: 0,
@@ -1100,8 +1127,7 @@ mod tests {
             });
         }
         events.sort_by_key(|e| e.time);
-        let result = check(&events, &ctx());
-        assert_eq!(result.valid, Validity::Valid, "{result:?}");
+        events
     }
 
     #[test]
