@@ -240,10 +240,10 @@ async fn start(
                 Mode::BlackHole
             };
             let (grudge, cuts) = partition(c, rng).await;
-            // Halves and an isolated leader leave a connected majority;
-            // in a majorities ring or a bridge no majority is fully
-            // connected.
-            let kept = c.ids().len() >= 3 && (grudge == "halves" || grudge == "isolate-leader");
+            // Halves, an isolated leader and a bridge (the bridging node
+            // plus the larger half) leave a connected majority; in a
+            // majorities ring no majority hears itself both ways.
+            let kept = c.ids().len() >= 3 && grudge != "majorities-ring";
             let value =
                 json!({"grudge": grudge, "mode": mode, "cuts": cuts, "majority_kept": kept});
             let inv = history.invoke(Process::NEMESIS, "partition", value.clone());
