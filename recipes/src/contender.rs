@@ -235,7 +235,9 @@ impl Drop for PendingCreate {
 
 /// The child of `dir` whose name starts with `own_prefix`, if any.
 async fn find_own(client: &Client, dir: &str, own_prefix: &str) -> Result<Option<Contender>> {
-    let children = match client.get_children(dir).await {
+    // Linearizable: a lost create that was committed must be found even
+    // through a server that has not applied it yet.
+    let children = match client.get_children_linearizable(dir).await {
         Ok((children, _)) => children,
         Err(e) if e.code() == ErrorCode::NoNode => return Ok(None),
         Err(e) => return Err(e.into()),

@@ -447,6 +447,17 @@ impl Mutex {
                     "{node}: our contender node vanished while waiting (session expired?)"
                 )));
             };
+            // A create of ours whose answer was lost may have been committed
+            // after we looked for it and made this node: the same id, a
+            // different sequence number. Left alone it would wait in the
+            // queue (or hold the lock) for as long as our session lives.
+            let orphans = own_orphans(&contenders, &own);
+            if !orphans.is_empty() {
+                for orphan in orphans {
+                    delete_retrying(client, &path::join(&self.shared.path, &orphan)).await?;
+                }
+                continue;
+            }
             if index == 0 {
                 return Ok(true);
             }
@@ -542,6 +553,20 @@ fn sorted_contenders(children: &[String]) -> Vec<Contender> {
     contenders
 }
 
+/// The contenders other than `own` created under `own`'s id (its
+/// protected prefix): orphans of creates whose answers were lost.
+fn own_orphans(contenders: &[Contender], own: &str) -> Vec<String> {
+    let Some((prefix, _)) = own.rsplit_once(LOCK_NAME) else {
+        return Vec::new();
+    };
+    let prefix = format!("{prefix}{LOCK_NAME}");
+    contenders
+        .iter()
+        .filter(|c| c.name != own && c.name.starts_with(&prefix))
+        .map(|c| c.name.clone())
+        .collect()
+}
+
 /// Creates `lock_path` and every missing parent as containers; a node that
 /// already exists is fine.
 async fn ensure_containers(client: &Client, lock_path: &str) -> Result<()> {
@@ -563,11 +588,18 @@ async fn ensure_containers(client: &Client, lock_path: &str) -> Result<()> {
 
 /// Our node, by its id, if a create whose answer was lost went through.
 async fn find_own(client: &Client, parent: &str, id: &str) -> Result<Option<(String, Stat)>> {
-    let children = match client.get_children(parent).await {
-        Ok((children, _)) => children,
-        Err(e) if e.code() == ErrorCode::NoNode => return Ok(None),
-        Err(e) if e.is_retryable() => return Ok(None),
-        Err(e) => return Err(e.into()),
+    // Linearizable, so that a lost create that was committed is seen even
+    // from a server that had not applied it yet; and an error is an error,
+    // never "not there": creating again while the first node exists would
+    // leave an orphan that blocks the queue for as long as the session
+    // lives.
+    let children = loop {
+        match client.get_children_linearizable(parent).await {
+            Ok((children, _)) => break children,
+            Err(e) if e.code() == ErrorCode::NoNode => return Ok(None),
+            Err(e) if e.is_retryable() => pause_for(client).await,
+            Err(e) => return Err(e.into()),
+        }
     };
     let prefix = format!("{CONTENDER_PREFIX}{id}{LOCK_NAME}");
     for name in children.iter().filter(|n| n.starts_with(&prefix)) {
@@ -791,6 +823,22 @@ mod tests {
             .map(|c| c.seq)
             .collect();
         assert_eq!(names, vec![10, 11, 12]);
+    }
+
+    #[test]
+    fn own_orphans_share_our_id_but_not_our_name() {
+        let children = vec![
+            "_c_ab-lock-0000000003".to_string(),
+            "_c_cd-lock-0000000004".to_string(),
+            "_c_ab-lock-0000000005".to_string(),
+            "_c_abc-lock-0000000006".to_string(),
+        ];
+        let contenders = sorted_contenders(&children);
+        assert_eq!(
+            own_orphans(&contenders, "_c_ab-lock-0000000005"),
+            vec!["_c_ab-lock-0000000003".to_string()]
+        );
+        assert!(own_orphans(&contenders, "_c_cd-lock-0000000004").is_empty());
     }
 
     #[test]
