@@ -38,7 +38,7 @@ use crate::ops::{self, Failure, Plan, ReadOp};
 use crate::proto::{self, peer_frame, txn::Kind, CloseReason, PeerFrame, Proposal, Txn};
 use crate::raft::node::{NodeError, RaftTiming};
 use crate::raft::transport::Transport;
-use crate::raft::{DiskStorage, RaftNode, ReadyHandler};
+use crate::raft::{DiskStorage, RaftNode, ReadyHandler, Undelivered};
 use crate::session::{self, SessionTracker};
 use crate::tree::{Applied, DataTree, TxnResult};
 use crate::watch::{ConnId, WatchRegistry};
@@ -51,6 +51,10 @@ pub const OUTBOUND_FRAMES_MAX: usize = 8192;
 pub const CONN_INFLIGHT_MAX: usize = 4096;
 /// Most messages handled before the Ready loop runs (one fsync per batch).
 const BATCH_MSGS_MAX: usize = 1024;
+/// Longest a batch of messages may keep the core from its tick and its
+/// other queue: a tick that comes late delays heartbeats, and a leader
+/// that does not heartbeat for an election timeout loses its followers.
+const BATCH_TIME_MAX: Duration = Duration::from_millis(20);
 /// How often (in ticks) the leader looks for empty containers and expired
 /// TTL nodes.
 const REMOVAL_CHECK_TICKS: u64 = 5;
@@ -67,8 +71,10 @@ const SNAPSHOT_LOG_BYTES: u64 = 64 * 1024 * 1024;
 const PEER_STATUS_FRESH: Duration = Duration::from_secs(3);
 /// How often an unapplied membership change is proposed again.
 const CONF_CHANGE_RETRY: Duration = Duration::from_secs(1);
-/// Bound of the channel from peer connections to the core.
-pub const PEER_INBOX_MAX: usize = 4096;
+/// Bound of the channel from peer connections to the core. Kept short:
+/// frames waiting here are stale by the time the core sees them, and a
+/// newer leader's heartbeat waits behind every one of them.
+pub const PEER_INBOX_MAX: usize = 1024;
 
 /// Which protocol a connection speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -370,8 +376,12 @@ impl Core {
                 _ = &mut shutdown => break Ok(()),
                 msg = rx.recv() => {
                     let Some(msg) = msg else { break Ok(()) };
+                    let started = Instant::now();
                     self.handle(msg);
                     for _ in 0..BATCH_MSGS_MAX {
+                        if started.elapsed() >= BATCH_TIME_MAX {
+                            break;
+                        }
                         match rx.try_recv() {
                             Ok(msg) => self.handle(msg),
                             Err(_) => break,
@@ -380,8 +390,12 @@ impl Core {
                 }
                 frame = peer_rx.recv() => {
                     if let Some(frame) = frame {
+                        let started = Instant::now();
                         self.on_peer(frame);
                         for _ in 0..BATCH_MSGS_MAX {
+                            if started.elapsed() >= BATCH_TIME_MAX {
+                                break;
+                            }
                             match peer_rx.try_recv() {
                                 Ok(frame) => self.on_peer(frame),
                                 Err(_) => break,
@@ -1329,7 +1343,8 @@ impl Machine {
 }
 
 impl ReadyHandler for Machine {
-    fn send(&mut self, msgs: Vec<RaftMessage>) {
+    fn send(&mut self, msgs: Vec<RaftMessage>) -> Vec<Undelivered> {
+        let mut undelivered = Vec::new();
         for m in msgs {
             let to = m.to;
             let bytes = match protobuf::Message::write_to_bytes(&m) {
@@ -1345,8 +1360,10 @@ impl ReadyHandler for Machine {
             };
             if !self.transport.send(to, frame) {
                 debug!(to, "peer queue full or unknown; raft message dropped");
+                undelivered.extend(Undelivered::of(&m));
             }
         }
+        undelivered
     }
 
     fn apply(&mut self, entry: &Entry) {

@@ -7,5 +7,5 @@ pub mod node;
 pub mod storage;
 pub mod transport;
 
-pub use node::{RaftNode, ReadyHandler};
+pub use node::{RaftNode, ReadyHandler, Undelivered};
 pub use storage::{DiskStorage, StorageError};

@@ -10,17 +10,33 @@ use std::time::Duration;
 
 use protobuf::Message as _;
 use raft::eraftpb::{
-    ConfChange, ConfChangeType, ConfChangeV2, ConfState, Entry, EntryType, Message, Snapshot,
+    ConfChange, ConfChangeType, ConfChangeV2, ConfState, Entry, EntryType, Message, MessageType,
+    Snapshot,
 };
-use raft::{RawNode, ReadState, SoftState, StateRole};
+use raft::{RawNode, ReadState, SnapshotStatus, SoftState, StateRole};
 
 use super::logger::raft_logger;
 use super::storage::{DiskStorage, StorageError};
 
+/// Largest append message: the entries raft reads from the log, decodes
+/// and re-encodes in one go for one peer. Small enough that probing a
+/// lagging follower (raft resends a probe on every heartbeat answer) or
+/// filling its window costs the core little, even in a debug build; large
+/// enough to batch a busy leader's entries. A single entry larger than
+/// this still goes, alone.
+pub const APPEND_BYTES_MAX: u64 = 64 * 1024;
+/// Append messages in flight to one peer. With [`APPEND_BYTES_MAX`] this
+/// bounds what one step of the core may read for one peer (raft fills the
+/// whole window at once when a follower is caught up to replication) and
+/// what a leader holds in flight per peer: 1 MiB.
+pub const APPENDS_INFLIGHT_MAX: usize = 16;
+
 /// What the node hands back to its owner while handling a Ready.
 pub trait ReadyHandler {
-    /// Messages for peers. Must not block.
-    fn send(&mut self, msgs: Vec<Message>);
+    /// Messages for peers. Must not block. Returns the appends and
+    /// snapshots that could not even be queued (peer unknown, its queue
+    /// full), so that raft stops pipelining to that peer and probes again.
+    fn send(&mut self, msgs: Vec<Message>) -> Vec<Undelivered>;
     /// A committed normal entry, in log order. Entries with empty data
     /// (a new leader's first entry) are passed too, so the handler can
     /// advance its applied index.
@@ -34,6 +50,30 @@ pub trait ReadyHandler {
     /// A committed conf change was applied at `index` (the group is now
     /// `conf`). `context` is what the proposer attached.
     fn conf_changed(&mut self, index: u64, change: &ConfChange, conf: &ConfState);
+}
+
+/// An append or snapshot the handler dropped before it left this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Undelivered {
+    pub to: u64,
+    pub snapshot: bool,
+}
+
+impl Undelivered {
+    /// `Some` for the messages raft must hear were dropped.
+    pub fn of(msg: &Message) -> Option<Self> {
+        match msg.get_msg_type() {
+            MessageType::MsgAppend => Some(Self {
+                to: msg.to,
+                snapshot: false,
+            }),
+            MessageType::MsgSnapshot => Some(Self {
+                to: msg.to,
+                snapshot: true,
+            }),
+            _ => None,
+        }
+    }
 }
 
 pub struct RaftTiming {
@@ -85,8 +125,8 @@ impl RaftNode {
             election_tick: timing.election_ticks,
             heartbeat_tick: timing.heartbeat_ticks,
             applied,
-            max_size_per_msg: 1024 * 1024,
-            max_inflight_msgs: 256,
+            max_size_per_msg: APPEND_BYTES_MAX,
+            max_inflight_msgs: APPENDS_INFLIGHT_MAX,
             check_quorum: true,
             pre_vote: true,
             ..Default::default()
@@ -188,6 +228,7 @@ impl RaftNode {
             return Ok(());
         }
         let mut ready = self.raw.ready();
+        let mut undelivered = Vec::new();
 
         if let Some(ss) = ready.ss() {
             handler.role_changed(ss);
@@ -197,7 +238,7 @@ impl RaftNode {
         //    appends to followers) go out first, so followers write in
         //    parallel with us.
         if !ready.messages().is_empty() {
-            handler.send(ready.take_messages());
+            undelivered.extend(handler.send(ready.take_messages()));
         }
 
         // 2. A snapshot from the leader replaces the state machine before
@@ -243,7 +284,7 @@ impl RaftNode {
 
         // 5. Messages that must wait for persistence.
         if !ready.persisted_messages().is_empty() {
-            handler.send(ready.take_persisted_messages());
+            undelivered.extend(handler.send(ready.take_persisted_messages()));
         }
 
         // ReadIndex answers; the handler serves each when applied catches up.
@@ -258,11 +299,23 @@ impl RaftNode {
             self.raw.mut_store().set_commit(commit)?;
         }
         if !light.messages().is_empty() {
-            handler.send(light.take_messages());
+            undelivered.extend(handler.send(light.take_messages()));
         }
         let committed = light.take_committed_entries();
         self.apply_committed(committed, handler)?;
         self.raw.advance_apply();
+
+        // 7. Appends that never left: without this, raft would keep
+        //    pipelining after a hole the follower must reject, and a
+        //    dropped snapshot would leave the peer waiting for it for ever.
+        //    Back to probing: one message per heartbeat answer.
+        for u in undelivered {
+            if u.snapshot {
+                self.raw.report_snapshot(u.to, SnapshotStatus::Failure);
+            } else {
+                self.raw.report_unreachable(u.to);
+            }
+        }
         Ok(())
     }
 

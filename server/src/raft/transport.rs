@@ -1,11 +1,14 @@
 //! TCP transport between servers.
 //!
-//! One outbound connection per peer, owned by its own task with a bounded
-//! queue: the core hands frames over with `try_send` and never waits, so a
-//! slow or dead peer never stalls the raft task or the other peers. A frame
-//! that does not fit the queue, or that was in flight when a connection
-//! broke, is dropped: raft retransmits what matters. The task reconnects with
-//! capped exponential backoff.
+//! One outbound connection per peer, owned by its own task with a queue
+//! bounded in frames and in bytes: the core hands frames over with
+//! `try_send` and never waits, so a slow or dead peer never stalls the raft
+//! task or the other peers, and never makes us hold more than
+//! [`PEER_QUEUE_BYTES_MAX`] for it. A frame that does not fit the queue, or
+//! that was in flight when a connection broke, is dropped: raft retransmits
+//! what matters (the core tells raft about dropped appends, so it stops
+//! pipelining into the void). The task reconnects with capped exponential
+//! backoff.
 //!
 //! Inbound connections are accepted on `--peer-listen`; every frame read is
 //! forwarded to the core. Frames are `u32` big-endian length + one
@@ -14,9 +17,12 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
+use prost::Message as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
@@ -29,8 +35,13 @@ use crate::proto::PeerFrame;
 
 /// Largest frame between servers (a snapshot is one frame).
 pub const PEER_FRAME_BYTES_MAX: usize = 1024 * 1024 * 1024;
-/// Frames queued for one peer before new ones are dropped.
-pub const PEER_QUEUE_MAX: usize = 4096;
+/// Frames queued for one peer before new ones are dropped. Raft needs few:
+/// at most `max_inflight_msgs` appends, plus heartbeats and answers; a deep
+/// queue only holds stale frames that delay the fresh ones behind them.
+pub const PEER_QUEUE_MAX: usize = 1024;
+/// Bytes of encoded frames queued for one peer before new ones are dropped.
+/// A larger frame (a snapshot) is queued only into an empty queue.
+pub const PEER_QUEUE_BYTES_MAX: usize = 8 * 1024 * 1024;
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -51,8 +62,43 @@ pub struct Transport {
 
 struct Peer {
     addr: String,
-    queue: mpsc::Sender<PeerFrame>,
+    queue: mpsc::Sender<Queued>,
+    /// Bytes of the frames in `queue`, shared with the peer's task.
+    queued_bytes: Arc<QueueBytes>,
     stop: CancellationToken,
+}
+
+/// A frame on its way to a peer, with its encoded size.
+struct Queued {
+    frame: PeerFrame,
+    bytes: usize,
+}
+
+/// The byte budget of one peer's queue: reserved by the core before a
+/// frame is queued, released by the peer's task when it takes the frame
+/// off the queue (to write it, or to drop it while the peer is down).
+#[derive(Debug, Default)]
+struct QueueBytes(AtomicUsize);
+
+impl QueueBytes {
+    /// Reserves `bytes`; false if they do not fit under `max` (a frame
+    /// larger than `max` fits only an empty queue, so a snapshot can go).
+    fn reserve(&self, bytes: usize, max: usize) -> bool {
+        self.0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
+                (queued == 0 || queued + bytes <= max).then_some(queued + bytes)
+            })
+            .is_ok()
+    }
+
+    fn release(&self, bytes: usize) {
+        let before = self.0.fetch_sub(bytes, Ordering::AcqRel);
+        debug_assert!(before >= bytes, "released more than was reserved");
+    }
+
+    fn get(&self) -> usize {
+        self.0.load(Ordering::Acquire)
+    }
 }
 
 impl Transport {
@@ -78,15 +124,18 @@ impl Transport {
             p.stop.cancel();
         }
         let (tx, rx) = mpsc::channel(PEER_QUEUE_MAX);
+        let queued_bytes = Arc::new(QueueBytes::default());
         let stop = self.stop.child_token();
         let span = tracing::info_span!("peer", id, addr);
-        self.runtime
-            .spawn(outbound(addr.to_string(), rx, stop.clone()).instrument(span));
+        self.runtime.spawn(
+            outbound(addr.to_string(), rx, queued_bytes.clone(), stop.clone()).instrument(span),
+        );
         self.peers.insert(
             id,
             Peer {
                 addr: addr.to_string(),
                 queue: tx,
+                queued_bytes,
                 stop,
             },
         );
@@ -106,13 +155,26 @@ impl Transport {
         self.peers.get(&id).map(|p| p.addr.as_str())
     }
 
-    /// Queues a frame for `to`; false if it was dropped (unknown peer or
-    /// full queue).
+    /// Queues a frame for `to`; false if it was dropped (unknown peer, or
+    /// its queue is full in frames or bytes).
     pub fn send(&self, to: u64, frame: PeerFrame) -> bool {
-        match self.peers.get(&to) {
-            Some(p) => p.queue.try_send(frame).is_ok(),
-            None => false,
+        let Some(p) = self.peers.get(&to) else {
+            return false;
+        };
+        let bytes = frame.encoded_len();
+        if !p.queued_bytes.reserve(bytes, PEER_QUEUE_BYTES_MAX) {
+            return false;
         }
+        if p.queue.try_send(Queued { frame, bytes }).is_err() {
+            p.queued_bytes.release(bytes);
+            return false;
+        }
+        true
+    }
+
+    /// Bytes queued for `to` and not yet written to its connection.
+    pub fn queued_bytes(&self, to: u64) -> usize {
+        self.peers.get(&to).map_or(0, |p| p.queued_bytes.get())
     }
 
     pub fn shutdown(&self) {
@@ -126,7 +188,17 @@ impl Drop for Transport {
     }
 }
 
-async fn outbound(addr: String, mut rx: mpsc::Receiver<PeerFrame>, stop: CancellationToken) {
+async fn outbound(
+    addr: String,
+    mut rx: mpsc::Receiver<Queued>,
+    queued_bytes: Arc<QueueBytes>,
+    stop: CancellationToken,
+) {
+    // Every frame taken off the queue gives its bytes back, written or not.
+    let mut take = |q: Queued| {
+        queued_bytes.release(q.bytes);
+        q.frame
+    };
     let mut backoff = BACKOFF_MIN;
     let mut was_connected = false;
     loop {
@@ -143,7 +215,9 @@ async fn outbound(addr: String, mut rx: mpsc::Receiver<PeerFrame>, stop: Cancell
                 was_connected = false;
                 // Drop what queued up meanwhile: raft resends what matters,
                 // and stale heartbeats only confuse.
-                while rx.try_recv().is_ok() {}
+                while let Ok(q) = rx.try_recv() {
+                    take(q);
+                }
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = tokio::time::sleep(backoff) => {}
@@ -168,7 +242,9 @@ async fn outbound(addr: String, mut rx: mpsc::Receiver<PeerFrame>, stop: Cancell
                 _ = stop.cancelled() => return,
                 f = rx.recv() => f,
             };
-            let Some(frame) = frame else { return };
+            let Some(frame) = frame.map(&mut take) else {
+                return;
+            };
             // Batch what is already queued into one flush.
             if let Err(e) = sink.feed(frame).await {
                 debug!(error = %e, "peer write failed");
@@ -176,7 +252,7 @@ async fn outbound(addr: String, mut rx: mpsc::Receiver<PeerFrame>, stop: Cancell
             }
             let mut failed = false;
             while let Ok(more) = rx.try_recv() {
-                if let Err(e) = sink.feed(more).await {
+                if let Err(e) = sink.feed(take(more)).await {
                     debug!(error = %e, "peer write failed");
                     failed = true;
                     break;
@@ -234,5 +310,53 @@ async fn inbound(
             }
             None => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_bytes_bound_what_is_queued_but_let_one_large_frame_through() {
+        let q = QueueBytes::default();
+        assert!(q.reserve(600, 1000));
+        assert!(q.reserve(400, 1000));
+        assert!(!q.reserve(1, 1000), "full");
+        q.release(600);
+        assert!(!q.reserve(700, 1000), "400 + 700 is over the bound");
+        assert!(q.reserve(600, 1000));
+        q.release(400);
+        q.release(600);
+        assert_eq!(q.get(), 0);
+        // A snapshot larger than the bound goes, alone.
+        assert!(q.reserve(5000, 1000));
+        assert!(!q.reserve(1, 1000));
+        q.release(5000);
+        assert_eq!(q.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_dead_peer_never_holds_more_than_the_byte_bound() {
+        // Nobody listens there: the peer's task drops what queued up.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        drop(listener);
+        let mut t = Transport::new(1, Handle::current());
+        t.add_peer(2, &addr);
+        let frame = PeerFrame {
+            from: 1,
+            kind: Some(crate::proto::peer_frame::Kind::Raft(vec![0; 64 * 1024])),
+        };
+        let mut sent = 0;
+        for _ in 0..1000 {
+            if t.send(2, frame.clone()) {
+                sent += 1;
+            }
+            assert!(t.queued_bytes(2) <= PEER_QUEUE_BYTES_MAX);
+        }
+        assert!(sent > 0);
+        assert!(sent < 1000, "64 MB cannot all be queued");
+        assert!(!t.send(3, frame), "unknown peer");
     }
 }
