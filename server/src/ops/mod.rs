@@ -221,6 +221,15 @@ pub fn write_response(result: TxnResult, txn: &Txn) -> Result<Option<Res>, Failu
         }
         // Answered from the stored response by the core, never here.
         TxnResult::Duplicate { .. } => Ok(None),
+        TxnResult::Stale { latest_xid } => Err(Failure::new(
+            ErrorCode::SessionMoved,
+            format!(
+                "request {} of this session arrived after its later request {latest_xid} \
+                 was applied (left behind on a server the session moved away from); \
+                 not applied",
+                txn.xid
+            ),
+        )),
         TxnResult::SessionCreated
         | TxnResult::SessionClosed { .. }
         | TxnResult::GuardedDelete { .. }

@@ -1431,3 +1431,50 @@ fn same_log_same_tree() {
     assert_eq!(rich_tree(), rich_tree());
     assert_eq!(rich_tree().to_snapshot(), rich_tree().to_snapshot());
 }
+
+#[test]
+fn a_write_older_than_the_sessions_latest_is_stale_and_changes_nothing() {
+    let mut log = Log::new();
+    log.session(9);
+    let tagged = |log: &mut Log, xid: u64, path: &str| {
+        log.zxid += 1;
+        let txn = Txn {
+            kind: Some(Kind::Create(create(path))),
+            session_id: 9,
+            xid,
+        };
+        let applied = log.tree.apply(log.zxid, 1_000, &txn);
+        if !matches!(
+            applied.result,
+            TxnResult::Stale { .. } | TxnResult::Duplicate { .. }
+        ) {
+            log.tree.record_result(9, xid, vec![xid as u8]);
+        }
+        applied.result
+    };
+    assert!(matches!(
+        tagged(&mut log, 5, "/five"),
+        TxnResult::Create(Ok(_))
+    ));
+    let mut before = log.tree.clone();
+    assert_eq!(
+        tagged(&mut log, 3, "/three"),
+        TxnResult::Stale { latest_xid: 5 }
+    );
+    before.skip(log.zxid);
+    assert_eq!(log.tree, before, "a stale write changed the tree");
+    // The latest is still answered from its first apply; newer ones apply.
+    assert!(matches!(
+        tagged(&mut log, 5, "/five"),
+        TxnResult::Duplicate { .. }
+    ));
+    assert!(matches!(
+        tagged(&mut log, 6, "/six"),
+        TxnResult::Create(Ok(_))
+    ));
+    // Untagged writes (the ZooKeeper door) are never stale.
+    assert!(matches!(
+        tagged(&mut log, 0, "/zero"),
+        TxnResult::Create(Ok(_))
+    ));
+}

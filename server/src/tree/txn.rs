@@ -91,6 +91,15 @@ pub enum TxnResult {
     Duplicate {
         response: Vec<u8>,
     },
+    /// The session already applied a later write (`latest_xid`): this one
+    /// arrived out of order — a request left behind on a server the
+    /// session moved away from (its client was told the connection was
+    /// lost), or one that lost its place in a leader change. Applying it
+    /// now would reorder the session's writes (and could, say, make a lock
+    /// contender node nobody waits on); nothing changed.
+    Stale {
+        latest_xid: u64,
+    },
     Noop,
 }
 
@@ -203,6 +212,13 @@ impl DataTree {
                 triggers: Vec::new(),
             };
         }
+        if let Some(latest_xid) = self.later_write(txn.session_id, txn.xid) {
+            self.applied_index = zxid;
+            return Applied {
+                result: TxnResult::Stale { latest_xid },
+                triggers: Vec::new(),
+            };
+        }
         let result = match &txn.kind {
             None | Some(txn::Kind::Noop(_)) => TxnResult::Noop,
             Some(txn::Kind::CreateSession(t)) => self.create_session(t),
@@ -236,6 +252,17 @@ impl DataTree {
             .iter()
             .find(|(x, _)| *x == xid)
             .map(|(_, r)| r.clone())
+    }
+
+    /// The session's latest applied write, if it came after `xid` (a
+    /// session's writes carry increasing xids and apply in that order).
+    fn later_write(&self, session_id: u64, xid: u64) -> Option<u64> {
+        if session_id == 0 || xid == 0 {
+            return None;
+        }
+        let s = self.sessions.get(&session_id)?;
+        let latest = s.recent.iter().map(|(x, _)| *x).max()?;
+        (latest > xid).then_some(latest)
     }
 
     /// Part of applying the entry that carried the session's write `xid`:
