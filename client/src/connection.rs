@@ -609,7 +609,18 @@ impl Connection {
                 }
             }
             Reply::Close => {
-                info!("session closed");
+                match code {
+                    // Closed, or over already: either way the session is gone.
+                    ErrorCode::Ok | ErrorCode::SessionExpired => info!("session closed"),
+                    // Refused (no leader, ...): closed here only; the server
+                    // keeps the session until it times out.
+                    code => {
+                        warn!(%code, message = %response.message, "the server refused to close the session");
+                        if let Some(c) = &mut self.closing {
+                            c.unconfirmed = Some(Error::api(code, "", response.message));
+                        }
+                    }
+                }
                 return Err(Exit::End(End::Closed));
             }
         }

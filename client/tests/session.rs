@@ -381,3 +381,18 @@ async fn session_timeout_is_what_the_server_grants() {
     // Pinging at a third of the granted 450 ms, not of the asked 30 s.
     wait_until("the client pings", || fake.pings_seen() >= 3).await;
 }
+
+#[tokio::test]
+async fn close_the_server_refuses_is_an_error() {
+    // Found by the Jepsen ephemeral workload (partition): a server cut off
+    // from the leader answered the close with NotReady, and close() said
+    // Ok while the session and its ephemerals lived on.
+    let fake = FakeWarden::start();
+    let c = connect(&fake.addr).await;
+    let id = c.session_id();
+    fake.set_close_refusal(Some(warden_client::ErrorCode::NotReady));
+    let err = timeout(WAIT, c.close()).await.unwrap().unwrap_err();
+    assert_eq!(err.code(), warden_client::ErrorCode::NotReady, "{err:?}");
+    assert_eq!(*c.session_events().borrow(), SessionState::Closed);
+    assert!(fake.session_alive(id));
+}

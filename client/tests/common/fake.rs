@@ -66,6 +66,9 @@ struct State {
     accepting: bool,
     /// When set, requests are swallowed unanswered (pings too).
     stalled: bool,
+    /// Refuse a session close with this code, as a server without a leader
+    /// does.
+    close_refusal: Option<ErrorCode>,
     requests_seen: u64,
     timeout_ms: u32,
     /// What clients sent, for assertions.
@@ -105,6 +108,7 @@ impl FakeWarden {
             next_conn: 1,
             accepting: true,
             stalled: false,
+            close_refusal: None,
             requests_seen: 0,
             timeout_ms: SESSION_TIMEOUT_MS_DEFAULT,
             set_watches_seen: Vec::new(),
@@ -160,6 +164,11 @@ impl FakeWarden {
     /// Whether requests go unanswered, as on a hung server.
     pub fn set_stalled(&self, stalled: bool) {
         self.state().stalled = stalled;
+    }
+
+    /// Whether a close is refused (with `code`) instead of done.
+    pub fn set_close_refusal(&self, code: Option<ErrorCode>) {
+        self.state().close_refusal = code;
     }
 
     /// Requests received so far (answered or not).
@@ -404,11 +413,14 @@ impl State {
                     self.pings_seen += 1;
                     Ok(None)
                 }
-                pb::request::Op::Close(_) => {
-                    self.end_session(session);
-                    close = true;
-                    Ok(None)
-                }
+                pb::request::Op::Close(_) => match self.close_refusal {
+                    Some(code) => Err(fail(code, "no leader")),
+                    None => {
+                        self.end_session(session);
+                        close = true;
+                        Ok(None)
+                    }
+                },
                 pb::request::Op::Sync(s) => {
                     Ok(Some(pb::response::Result::Sync(pb::SyncResponse {
                         path: s.path,
