@@ -119,6 +119,9 @@ impl Error {
 
     /// Whether retrying the same call (on the same client) may succeed:
     /// the connection broke or the server was busy, but the session lives.
+    /// (`SessionMoved`: a write that turned up after a later write of the
+    /// same session, typically across a failover with several writes in
+    /// flight; it was not applied, and may be sent again.)
     pub fn is_retryable(&self) -> bool {
         matches!(
             self.code(),
@@ -126,6 +129,7 @@ impl Error {
                 | ErrorCode::OperationTimeout
                 | ErrorCode::NotReady
                 | ErrorCode::Throttled
+                | ErrorCode::SessionMoved
         ) && !matches!(self, Error::Connect(_) | Error::WatchLagged { .. })
     }
 }

@@ -49,6 +49,14 @@ async fn create_acked(c: &Client, path: &str, data: &[u8]) -> bool {
         match c.create(path, data, CreateOptions::default()).await {
             Ok(_) => return true,
             Err(e) if e.code() == ErrorCode::NodeExists && uncertain => return true,
+            // Overtaken by a later write of the same session (several were
+            // in flight across the failover): definitely not applied.
+            Err(e) if e.code() == ErrorCode::SessionMoved => {
+                if Instant::now() > deadline {
+                    return false;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
             Err(e) => {
                 assert!(
                     matches!(

@@ -32,6 +32,8 @@ pub fn write_outcome(e: &Error) -> Kind {
         ErrorCode::NoNode
         | ErrorCode::NodeExists
         | ErrorCode::BadVersion
+        // Overtaken by a later write of the session: refused, not applied.
+        | ErrorCode::SessionMoved
         | ErrorCode::NotEmpty
         | ErrorCode::NoChildrenForEphemerals
         | ErrorCode::InvalidPath
