@@ -1157,11 +1157,7 @@ mod tests {
 
     #[test]
     fn every_planted_anomaly_is_invalid() {
-        for (name, events) in planted_anomalies() {
-            let r = check(&events, &planted_ctx(&events));
-            assert_eq!(r.valid, Validity::Invalid, "{name}");
-            assert_eq!(r.anomalies.len(), 1, "{name}: {:?}", r.anomalies);
-        }
+        crate::workloads::support::assert_every_planted_invalid(planted_anomalies(), check);
     }
 
     #[test]

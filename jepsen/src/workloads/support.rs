@@ -187,3 +187,17 @@ pub fn planted_ctx(events: &[Event]) -> crate::workload::CheckCtx {
         end: events.iter().map(|e| e.time).max().unwrap_or(0),
     }
 }
+
+/// Test helper: every planted history of a workload is judged invalid, with
+/// exactly the one anomaly planted in it.
+#[cfg(test)]
+pub fn assert_every_planted_invalid(
+    planted: Vec<(&'static str, Vec<Event>)>,
+    check: fn(&[Event], &crate::workload::CheckCtx) -> crate::workload::CheckResult,
+) {
+    for (name, events) in planted {
+        let r = check(&events, &planted_ctx(&events));
+        assert_eq!(r.valid, crate::workload::Validity::Invalid, "{name}");
+        assert_eq!(r.anomalies.len(), 1, "{name}: {:?}", r.anomalies);
+    }
+}
