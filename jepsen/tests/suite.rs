@@ -48,36 +48,27 @@ fn selftest_catches_every_planted_anomaly() {
 }
 
 fn short_run(workload: &str) {
-    short_run_with(workload, &[]);
-}
-
-fn short_run_with(workload: &str, extra: &[&str]) {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let store = store();
-    let (code, out) = jepsen(
-        &[
-            "test",
-            "--workload",
-            workload,
-            "--nemesis",
-            "kill,partition",
-            "--nodes",
-            "3",
-            "--time-limit",
-            "30",
-            "--concurrency",
-            "5",
-            "--nemesis-interval",
-            "4",
-            "--fault-duration",
-            "5",
-            "--store",
-            store.to_str().unwrap(),
-        ]
-        .into_iter()
-        .chain(extra.iter().copied())
-        .collect::<Vec<_>>(),
-    );
+    let (code, out) = jepsen(&[
+        "test",
+        "--workload",
+        workload,
+        "--nemesis",
+        "kill,partition",
+        "--nodes",
+        "3",
+        "--time-limit",
+        "30",
+        "--concurrency",
+        "5",
+        "--nemesis-interval",
+        "4",
+        "--fault-duration",
+        "5",
+        "--store",
+        store.to_str().unwrap(),
+    ]);
     println!("{out}");
     assert_eq!(code, 0, "{workload} run not valid:\n{out}");
     let dir = store.join(workload).join("latest");
@@ -129,10 +120,5 @@ fn ephemeral_under_kill_and_partition() {
 
 #[test]
 fn watch_under_kill_and_partition() {
-    // Known bug, open on issue 7: a follower that catches up by installing
-    // the leader's snapshot keeps its clients connected, so their watches
-    // silently miss the changes the snapshot skipped (found by the 5-minute
-    // watch x partition run, seed 3015). Until it is fixed, this short run
-    // keeps snapshots out of reach; the long runs still exercise them.
-    short_run_with("watch", &["--snapshot-entries", "1000000"]);
+    short_run("watch");
 }

@@ -1481,6 +1481,23 @@ impl ReadyHandler for Machine {
                     "state machine replaced by leader snapshot"
                 );
                 self.tree = tree;
+                // The watches registered here were armed against the tree we
+                // just threw away, and the changes between it and the
+                // snapshot fired none of them. Like ZooKeeper, close every
+                // client connection: each client reconnects and its
+                // SetWatches (with the last zxid it saw) fires what it missed
+                // and re-arms the rest. Answers still owed on those
+                // connections are lost with them; the clients retry.
+                let conns: Vec<ConnId> = self.conns.keys().copied().collect();
+                if !conns.is_empty() {
+                    info!(
+                        connections = conns.len(),
+                        "closing client connections after a leader snapshot"
+                    );
+                }
+                for conn in conns {
+                    self.drop_conn(conn, "state replaced by a leader snapshot");
+                }
             }
             Err(e) => error!(error = %e, "leader snapshot unreadable"),
         }

@@ -382,6 +382,116 @@ async fn session_moves_to_another_server_with_its_ephemerals_and_missed_events()
     signal(pid, libc::SIGCONT);
 }
 
+/// A follower that catches up by installing the leader's snapshot must not
+/// leave its clients' watches armed against the tree it threw away: the
+/// changes folded into the snapshot fire nothing. The server closes its
+/// client connections instead, and each client reconnects and re-arms its
+/// watches (found by the Jepsen watch workload under partition).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchers_on_a_follower_that_installs_a_snapshot_miss_nothing_silently() {
+    use futures::StreamExt;
+    const WRITES: usize = 120;
+    let cluster = Cluster::start_with(
+        3,
+        ServerOptions {
+            snapshot_entries: Some(20),
+            ..ServerOptions::default()
+        },
+    );
+    let l = leader(&cluster, &cluster.node_ids()).await;
+    let f = if l == 3 { 2 } else { 3 };
+    let writer = connect(cluster.addr(l)).await;
+    writer
+        .create("/w", b"0", CreateOptions::default())
+        .await
+        .unwrap();
+    // A long session: the short pause below must not make the client
+    // give up on its server by itself.
+    let watcher = Client::connect(
+        cluster.addr(f),
+        ConnectOptions {
+            session_timeout: Duration::from_secs(30),
+            ..opts()
+        },
+    )
+    .await
+    .unwrap();
+    watcher.sync("/").await.unwrap();
+    let mut watch = watcher.watch("/w", false).await.unwrap();
+    let mut states = watcher.session_events();
+    states.borrow_and_update();
+
+    // Freeze the follower while the leader writes past several snapshots
+    // and compacts its log: the follower can only catch up by snapshot.
+    let pid = cluster.pid(f).expect("running");
+    signal(pid, libc::SIGSTOP);
+    let mut written = Vec::new();
+    for i in 1..=WRITES {
+        let stat = writer
+            .set_data("/w", format!("{i}").as_bytes(), None)
+            .await
+            .unwrap();
+        written.push(stat.mzxid);
+    }
+    signal(pid, libc::SIGCONT);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cluster
+        .log(f)
+        .contains("state machine replaced by leader snapshot")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "node {f} caught up without a snapshot; log:\n{}",
+            cluster.log(f)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Every change reaches the watcher, or it is told it was disconnected
+    // (and may have missed some): never a silent gap.
+    let mut seen = std::collections::BTreeSet::new();
+    let mut disconnected = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !disconnected && !written.iter().all(|z| seen.contains(z)) {
+        tokio::select! {
+            e = watch.next() => {
+                let e = e.expect("watch open").expect("watch event");
+                assert_eq!(e.event_type, EventType::NodeDataChanged);
+                seen.insert(e.zxid);
+            }
+            r = states.changed() => {
+                r.unwrap();
+                disconnected = true;
+            }
+            _ = tokio::time::sleep_until(deadline) => panic!(
+                "the watcher on node {f} got {} of {WRITES} changes and no disconnect; log:\n{}",
+                seen.iter().filter(|z| written.contains(z)).count(),
+                cluster.log(f)
+            ),
+        }
+    }
+
+    // The same watch is armed again on the new state: a later change
+    // reaches it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let last = loop {
+        match writer.set_data("/w", b"after", None).await {
+            Ok(stat) => break stat.mzxid,
+            Err(e) => assert!(Instant::now() < deadline, "write after: {e}"),
+        }
+    };
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(30), watch.next())
+            .await
+            .expect("the watch fires again after the snapshot")
+            .expect("watch open")
+            .expect("watch event");
+        if e.zxid >= last {
+            break;
+        }
+    }
+}
+
 fn signal(pid: u32, sig: i32) {
     // SAFETY: signalling a child process the cluster helper owns.
     unsafe {
