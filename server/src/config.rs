@@ -311,4 +311,61 @@ mod tests {
         ])
         .is_err());
     }
+
+    #[test]
+    fn tls_flags_must_make_sense_together() {
+        let err = |args: &[&str]| parse(args).unwrap_err().to_string();
+        assert!(err(&["--tls-cert", "c.pem"]).contains("--tls-cert needs --tls-key"));
+        assert!(err(&["--tls-key", "k.pem"]).contains("--tls-key needs --tls-cert"));
+        assert!(err(&["--tls-ca", "ca.pem"]).contains("--tls-ca needs --tls-cert"));
+        assert!(err(&["--tls-client-auth", "required"]).contains("needs --tls-cert"));
+        assert!(err(&[
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+            "--tls-client-auth",
+            "required"
+        ])
+        .contains("needs --tls-ca"));
+        // A file that is not there is named, with its flag.
+        let e = err(&["--tls-cert", "/nonexistent/c.pem", "--tls-key", "k.pem"]);
+        assert!(e.contains("--tls-cert /nonexistent/c.pem"), "{e}");
+        assert!(parse(&[]).unwrap().tls.is_none());
+    }
+
+    #[test]
+    fn a_tls_cluster_needs_a_ca() {
+        use crate::tls::certs::{Ca, Role, LOCAL_SANS};
+        let dir = tempfile::tempdir().unwrap();
+        let ca = Ca::open_or_create(dir.path()).unwrap();
+        let sans: Vec<String> = LOCAL_SANS.iter().map(|s| s.to_string()).collect();
+        let node = ca.issue("n1", Role::Node, &sans).unwrap();
+        let (cert, key) = (node.cert.to_str().unwrap(), node.key.to_str().unwrap());
+        let ca_path = ca.cert_path();
+        let ca_path = ca_path.to_str().unwrap();
+        let cluster = ["--peers", "1=127.0.0.1:1,2=127.0.0.1:2,3=127.0.0.1:3"];
+        let mut args = vec!["--tls-cert", cert, "--tls-key", key];
+        // One node: TLS for clients without a CA is fine.
+        assert!(parse(&args).unwrap().tls.is_some());
+        args.extend(cluster);
+        let e = parse(&args).unwrap_err().to_string();
+        assert!(e.contains("--tls-ca is required for a cluster with TLS"), "{e}");
+        args.extend(["--tls-ca", ca_path]);
+        let tls = parse(&args).unwrap().tls.unwrap();
+        assert!(tls.peers.is_some());
+        // A key that is not the certificate's.
+        let other = ca.issue("n2", Role::Node, &sans).unwrap();
+        let e = parse(&[
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            other.key.to_str().unwrap(),
+            "--tls-ca",
+            ca_path,
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("TLS set-up"), "{e}");
+    }
 }
