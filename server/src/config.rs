@@ -350,7 +350,10 @@ mod tests {
         assert!(parse(&args).unwrap().tls.is_some());
         args.extend(cluster);
         let e = parse(&args).unwrap_err().to_string();
-        assert!(e.contains("--tls-ca is required for a cluster with TLS"), "{e}");
+        assert!(
+            e.contains("--tls-ca is required for a cluster with TLS"),
+            "{e}"
+        );
         args.extend(["--tls-ca", ca_path]);
         let tls = parse(&args).unwrap().tls.unwrap();
         assert!(tls.peers.is_some());

@@ -18,6 +18,12 @@
 //! | stdout and stderr | `DIR/node-i.log` (appended to across runs) |
 //! | process id | `DIR/node-i.pid`, while it runs |
 //!
+//! With `--tls`, `DIR/tls` gets a throwaway CA (kept across runs), a
+//! certificate per node (`node-i.pem`, valid for `localhost` and
+//! `127.0.0.1`) and one for wardenctl (`client.pem`); every node serves TLS
+//! only on its client, ZooKeeper and HTTP ports, with mutual TLS between
+//! peers, and the guide prints the wardenctl line with the `--tls-*` flags.
+//!
 //! A node prints its ready line (`warden listening client=ADDR`) only once a
 //! leader is elected and it has caught up, and that needs a quorum of the
 //! group. So every process is started first and only then are the ready
