@@ -61,7 +61,27 @@ impl Client {
     /// trying them in a random order until one accepts or
     /// `options.connect_timeout` passes.
     pub async fn connect(servers: &str, options: ConnectOptions) -> Result<Client> {
-        let handles = connection::connect(servers, options.clone()).await?;
+        Self::open(servers, options, None).await
+    }
+
+    /// Like [`connect`](Self::connect), over TLS: every server must present
+    /// a certificate from the CA in `tls` that names its host. A TLS
+    /// failure (an untrusted server, a client certificate the server
+    /// refuses) fails at once with the cause, since retrying cannot help.
+    pub async fn connect_tls(
+        servers: &str,
+        options: ConnectOptions,
+        tls: crate::TlsOptions,
+    ) -> Result<Client> {
+        Self::open(servers, options, Some(tls)).await
+    }
+
+    async fn open(
+        servers: &str,
+        options: ConnectOptions,
+        tls: Option<crate::TlsOptions>,
+    ) -> Result<Client> {
+        let handles = connection::connect(servers, options.clone(), tls).await?;
         Ok(Client {
             inner: Arc::new(Inner {
                 commands: handles.commands,

@@ -51,6 +51,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 use warden_protocol::{pb, ErrorCode, FrameCodec, FRAME_BYTES_MAX, PROTOCOL_VERSION};
 
 use crate::error::{decode_code, Error, Result};
+use crate::tls::{tls_error, Stream, TlsOptions};
 use crate::types::{ConnectOptions, EventType, SessionState, WatchEvent};
 use crate::watch::{
     oneshot_kind_after, OneshotKind, Registration, ServerRemoval, WatchId, WatchRegistry,
@@ -72,7 +73,7 @@ const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// A floor on the heartbeat period, whatever timeout was negotiated.
 const PING_INTERVAL_MIN: Duration = Duration::from_millis(10);
 
-type Transport = Framed<TcpStream, FrameCodec<pb::ServerFrame, pb::ClientFrame>>;
+type Transport = Framed<Stream, FrameCodec<pb::ServerFrame, pb::ClientFrame>>;
 
 /// What API handles ask of the task.
 #[derive(Debug)]
@@ -130,7 +131,11 @@ pub(crate) fn parse_servers(servers: &str) -> Result<Vec<String>> {
 
 /// Opens a new session on one of `servers` and starts the task that owns
 /// it. Gives up after `options.connect_timeout`.
-pub(crate) async fn connect(servers: &str, options: ConnectOptions) -> Result<Handles> {
+pub(crate) async fn connect(
+    servers: &str,
+    options: ConnectOptions,
+    tls: Option<TlsOptions>,
+) -> Result<Handles> {
     options.validate()?;
     let mut servers = parse_servers(servers)?;
     // Spread clients over the ensemble, as ZooKeeper does.
@@ -151,7 +156,7 @@ pub(crate) async fn connect(servers: &str, options: ConnectOptions) -> Result<Ha
             timeout_ms: options.session_timeout_ms(),
             last_zxid_seen: 0,
         };
-        match timeout(deadline - now, handshake(&addr, request)).await {
+        match timeout(deadline - now, handshake(&addr, tls.as_ref(), request)).await {
             Ok(Ok((transport, response))) => {
                 let next_server = (attempt + 1) % servers.len();
                 return Ok(Connection::start(
@@ -159,10 +164,21 @@ pub(crate) async fn connect(servers: &str, options: ConnectOptions) -> Result<Ha
                     next_server,
                     addr,
                     options,
+                    tls,
                     transport,
                     response,
                 ));
             }
+            // Not a passing trouble: the same TLS set-up fails the same way
+            // every time, and a server that found the request itself bad
+            // (a plaintext client on a TLS port, say) will again.
+            Ok(Err(AttemptError::Tls(e))) => return Err(Error::Connect(e)),
+            Ok(Err(
+                e @ AttemptError::Refused {
+                    code: ErrorCode::BadArguments,
+                    ..
+                },
+            )) => return Err(Error::Connect(format!("{addr}: {e}"))),
             Ok(Err(e)) => last_error = format!("{addr}: {e}"),
             Err(_) => last_error = format!("{addr}: no answer within the connect timeout"),
         }
@@ -179,13 +195,19 @@ pub(crate) async fn connect(servers: &str, options: ConnectOptions) -> Result<Ha
 #[derive(Debug)]
 enum AttemptError {
     Io(String),
-    Refused { code: ErrorCode, message: String },
+    /// TLS failed: the handshake, or the server's verdict on our
+    /// certificate right after it.
+    Tls(String),
+    Refused {
+        code: ErrorCode,
+        message: String,
+    },
 }
 
 impl std::fmt::Display for AttemptError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            AttemptError::Io(e) => f.write_str(e),
+            AttemptError::Io(e) | AttemptError::Tls(e) => f.write_str(e),
             AttemptError::Refused { code, message } if message.is_empty() => {
                 write!(f, "refused: {code}")
             }
@@ -197,12 +219,26 @@ impl std::fmt::Display for AttemptError {
 /// Connects to `addr` and runs the Connect handshake.
 async fn handshake(
     addr: &str,
+    tls: Option<&TlsOptions>,
     request: pb::ConnectRequest,
 ) -> Result<(Transport, pb::ConnectResponse), AttemptError> {
     let io = |e: &dyn std::fmt::Display| AttemptError::Io(e.to_string());
-    let stream = TcpStream::connect(addr).await.map_err(|e| io(&e))?;
+    let tcp = TcpStream::connect(addr).await.map_err(|e| io(&e))?;
     // Requests are small and latency-bound; do not let Nagle hold them.
-    stream.set_nodelay(true).map_err(|e| io(&e))?;
+    tcp.set_nodelay(true).map_err(|e| io(&e))?;
+    let stream = match tls {
+        None => Stream::Plain(tcp),
+        Some(tls) => tls.connect(addr, tcp).await.map_err(AttemptError::Tls)?,
+    };
+    // With TLS 1.3 the server judges our certificate after the handshake
+    // is done on our side: its refusal arrives as the first read's error.
+    let frame_err = |e: warden_protocol::FrameError| match &e {
+        warden_protocol::FrameError::Io(io_err) => match tls_error(io_err) {
+            Some(cause) => AttemptError::Tls(format!("TLS with {addr} failed: {cause}")),
+            None => AttemptError::Io(e.to_string()),
+        },
+        _ => AttemptError::Io(e.to_string()),
+    };
     let mut transport = Framed::new(stream, FrameCodec::new());
     let resuming = request.session_id;
     transport
@@ -210,13 +246,13 @@ async fn handshake(
             kind: Some(pb::client_frame::Kind::Connect(request)),
         })
         .await
-        .map_err(|e| io(&e))?;
+        .map_err(frame_err)?;
     let response = match transport.next().await {
         Some(Ok(pb::ServerFrame {
             kind: Some(pb::server_frame::Kind::Connect(response)),
         })) => response,
         Some(Ok(_)) => return Err(io(&"the server answered the handshake with another frame")),
-        Some(Err(e)) => return Err(io(&e)),
+        Some(Err(e)) => return Err(frame_err(e)),
         None => return Err(io(&"the server closed the connection during the handshake")),
     };
     let code = decode_code(response.error);
@@ -347,6 +383,7 @@ pub(crate) struct Connection {
     /// The server we are (or were last) connected to, for logs.
     peer: String,
     options: ConnectOptions,
+    tls: Option<TlsOptions>,
     session: Session,
     last_zxid_seen: u64,
     last_heard: Instant,
@@ -369,6 +406,7 @@ impl Connection {
         next_server: usize,
         peer: String,
         options: ConnectOptions,
+        tls: Option<TlsOptions>,
         transport: Transport,
         response: pb::ConnectResponse,
     ) -> Handles {
@@ -392,6 +430,7 @@ impl Connection {
             next_server,
             peer,
             options,
+            tls,
             session,
             // Only what a response or event showed us counts as seen; a
             // fresh session has seen nothing yet.
@@ -813,7 +852,10 @@ impl Connection {
                 last_zxid_seen: self.last_zxid_seen,
             };
             let attempt_max = self.options.connect_timeout.min(expires_at - now);
-            let attempt = timeout(attempt_max, handshake(&addr, request));
+            // A clone (an `Arc`): the attempt runs while `self` answers
+            // commands.
+            let tls = self.tls.clone();
+            let attempt = timeout(attempt_max, handshake(&addr, tls.as_ref(), request));
             match self.while_offline(attempt).await? {
                 Ok(Ok((transport, response))) => {
                     match self.resume(addr, transport, response).await {

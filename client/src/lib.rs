@@ -45,12 +45,14 @@ mod client;
 mod connection;
 mod error;
 mod multi;
+mod tls;
 mod types;
 mod watch;
 
 pub use client::Client;
 pub use error::{Error, Result};
 pub use multi::{Op, OpResult};
+pub use tls::TlsOptions;
 pub use types::{
     Acl, ConnectOptions, CreateOptions, EventType, SessionState, Stat, WatchEvent,
     CONNECT_TIMEOUT_DEFAULT, REQUEST_TIMEOUT_DEFAULT, SESSION_TIMEOUT_DEFAULT,

@@ -96,6 +96,7 @@ pub async fn run(
     control: &Client,
     servers: &str,
     options: ConnectOptions,
+    tls: Option<warden_client::TlsOptions>,
     args: BenchArgs,
     out: &Output,
 ) -> Result<(), Failure> {
@@ -110,6 +111,7 @@ pub async fn run(
         root: root.clone(),
         servers: servers.to_string(),
         options,
+        tls,
         progress: Arc::new(Progress::default()),
     };
     let progress = Arc::clone(&plan.progress);
@@ -145,6 +147,7 @@ struct Plan {
     root: String,
     servers: String,
     options: ConnectOptions,
+    tls: Option<warden_client::TlsOptions>,
     progress: Arc<Progress>,
 }
 
@@ -227,7 +230,7 @@ struct Done {
 
 impl Worker {
     async fn setup(plan: &Plan, i: u32) -> Result<Worker, Failure> {
-        let client = Client::connect(&plan.servers, plan.options.clone()).await?;
+        let client = crate::connect(&plan.servers, plan.options.clone(), plan.tls.clone()).await?;
         let node = path::join(&plan.root, &format!("c{i}"));
         let value = plan.value.clone();
         let mut lock = None;
@@ -513,6 +516,7 @@ mod tests {
                 connect_timeout: Duration::from_secs(1),
                 request_timeout: Duration::from_secs(1),
             },
+            tls: None,
             progress: Arc::default(),
         };
         let report = Report::new(&plan, &h, 1, plan.measured);

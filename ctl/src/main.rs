@@ -16,7 +16,9 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use futures::StreamExt;
 use serde::Serialize;
-use warden_client::{Client, ConnectOptions, CreateOptions, ErrorCode, Stat, WatchEvent};
+use warden_client::{
+    Client, ConnectOptions, CreateOptions, ErrorCode, Stat, TlsOptions, WatchEvent,
+};
 use warden_protocol::path;
 
 mod bench;
@@ -54,6 +56,19 @@ struct Cli {
     /// How long to wait to connect, and for each answer, in milliseconds.
     #[arg(long, global = true, value_name = "MS", default_value_t = 10_000)]
     timeout_ms: u64,
+
+    /// Connect with TLS, trusting the CA certificate(s) in FILE (PEM).
+    #[arg(long, global = true, value_name = "FILE", env = "WARDEN_TLS_CA")]
+    tls_ca: Option<std::path::PathBuf>,
+
+    /// With --tls-ca: present this certificate (PEM) to servers that ask
+    /// for one (--tls-client-auth, the x509 ACL scheme).
+    #[arg(long, global = true, value_name = "FILE", env = "WARDEN_TLS_CERT")]
+    tls_cert: Option<std::path::PathBuf>,
+
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, global = true, value_name = "FILE", env = "WARDEN_TLS_KEY")]
+    tls_key: Option<std::path::PathBuf>,
 
     #[command(subcommand)]
     command: Command,
@@ -213,11 +228,20 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         connect_timeout: timeout,
         request_timeout: timeout,
     };
-    let client = Client::connect(&cli.servers, options.clone()).await?;
+    let tls = match (&cli.tls_ca, &cli.tls_cert, &cli.tls_key) {
+        (Some(ca), cert, key) => Some(TlsOptions::from_files(ca, cert.as_deref(), key.as_deref())?),
+        (None, None, None) => None,
+        (None, _, _) => return Err(warden_client::Error::BadArguments(
+            "--tls-cert and --tls-key need --tls-ca (the CA that signed the servers' certificates)"
+                .into(),
+        )
+        .into()),
+    };
+    let client = connect(&cli.servers, options.clone(), tls.clone()).await?;
     let out = Output { json: cli.json };
     let result = match cli.command {
         // The bench opens sessions of its own, so it needs the flags too.
-        Command::Bench(args) => bench::run(&client, &cli.servers, options, args, &out).await,
+        Command::Bench(args) => bench::run(&client, &cli.servers, options, tls, args, &out).await,
         command => execute(&client, command, &out).await,
     };
     // Close even after a failure, so the session (and any ephemeral node)
@@ -227,6 +251,18 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     result?;
     closed?;
     Ok(())
+}
+
+/// Opens a session, over TLS when `tls` is given.
+pub(crate) async fn connect(
+    servers: &str,
+    options: ConnectOptions,
+    tls: Option<TlsOptions>,
+) -> warden_client::Result<Client> {
+    match tls {
+        None => Client::connect(servers, options).await,
+        Some(tls) => Client::connect_tls(servers, options, tls).await,
+    }
 }
 
 async fn execute(client: &Client, command: Command, out: &Output) -> Result<(), Failure> {

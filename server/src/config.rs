@@ -58,6 +58,20 @@ pub struct ServeArgs {
     /// Take a snapshot and compact the log every this many applied entries.
     #[arg(long, default_value_t = 10_000)]
     pub snapshot_entries: u64,
+    /// This server's certificate chain (PEM). With --tls-key, the client,
+    /// ZooKeeper and HTTP ports speak TLS only.
+    #[arg(long, value_name = "FILE", env = "WARDEN_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", env = "WARDEN_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// CA certificate(s) (PEM) that client and peer certificates must chain
+    /// to. Required for a cluster with TLS: peer links are then mutual TLS.
+    #[arg(long, value_name = "FILE", env = "WARDEN_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// Whether clients must present a certificate from --tls-ca.
+    #[arg(long, value_enum, default_value_t = crate::tls::ClientAuth::Optional, env = "WARDEN_TLS_CLIENT_AUTH")]
+    pub tls_client_auth: crate::tls::ClientAuth,
 }
 
 /// A peer in the Raft group.
@@ -85,6 +99,8 @@ pub struct Config {
     pub min_session_timeout_ms: u32,
     pub max_session_timeout_ms: u32,
     pub snapshot_entries: u64,
+    /// TLS for the doors and the peer links; `None`: plaintext everywhere.
+    pub tls: Option<crate::tls::Tls>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +121,10 @@ pub enum ConfigError {
     ZkListen(String),
     #[error("--peers: {0}")]
     Peers(String),
+    #[error("{0}")]
+    TlsFlags(&'static str),
+    #[error("{0}")]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 impl ServeArgs {
@@ -140,6 +160,16 @@ impl ServeArgs {
                     .map_err(|_| ConfigError::ZkListen(a.to_string()))?,
             ),
         };
+        let tls = tls_files(&self)?
+            .map(|files| crate::tls::load(&files))
+            .transpose()?;
+        if tls.is_some() && self.tls_ca.is_none() && (peers.len() > 1 || self.join) {
+            return Err(ConfigError::TlsFlags(
+                "--tls-ca is required for a cluster with TLS: peers prove they belong with \
+                 certificates from that CA (mutual TLS), so a process without one can neither \
+                 join nor send raft messages",
+            ));
+        }
         Ok(Config {
             id: self.id,
             data_dir: self.data_dir,
@@ -155,7 +185,38 @@ impl ServeArgs {
             min_session_timeout_ms: self.min_session_timeout_ms,
             max_session_timeout_ms: self.max_session_timeout_ms,
             snapshot_entries: self.snapshot_entries,
+            tls,
         })
+    }
+}
+
+/// The TLS flags, checked for consistency; `None`: TLS is off.
+fn tls_files(args: &ServeArgs) -> Result<Option<crate::tls::TlsFiles>, ConfigError> {
+    match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            if args.tls_client_auth == crate::tls::ClientAuth::Required && args.tls_ca.is_none() {
+                return Err(ConfigError::TlsFlags(
+                    "--tls-client-auth required needs --tls-ca (the CA client certificates must chain to)",
+                ));
+            }
+            Ok(Some(crate::tls::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: args.tls_ca.clone(),
+                client_auth: args.tls_client_auth,
+            }))
+        }
+        (Some(_), None) => Err(ConfigError::TlsFlags("--tls-cert needs --tls-key")),
+        (None, Some(_)) => Err(ConfigError::TlsFlags("--tls-key needs --tls-cert")),
+        (None, None) if args.tls_ca.is_some() => Err(ConfigError::TlsFlags(
+            "--tls-ca needs --tls-cert and --tls-key (this server's own certificate)",
+        )),
+        (None, None) if args.tls_client_auth == crate::tls::ClientAuth::Required => {
+            Err(ConfigError::TlsFlags(
+                "--tls-client-auth required needs --tls-cert, --tls-key and --tls-ca",
+            ))
+        }
+        (None, None) => Ok(None),
     }
 }
 
@@ -249,5 +310,65 @@ mod tests {
             "4"
         ])
         .is_err());
+    }
+
+    #[test]
+    fn tls_flags_must_make_sense_together() {
+        let err = |args: &[&str]| parse(args).unwrap_err().to_string();
+        assert!(err(&["--tls-cert", "c.pem"]).contains("--tls-cert needs --tls-key"));
+        assert!(err(&["--tls-key", "k.pem"]).contains("--tls-key needs --tls-cert"));
+        assert!(err(&["--tls-ca", "ca.pem"]).contains("--tls-ca needs --tls-cert"));
+        assert!(err(&["--tls-client-auth", "required"]).contains("needs --tls-cert"));
+        assert!(err(&[
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+            "--tls-client-auth",
+            "required"
+        ])
+        .contains("needs --tls-ca"));
+        // A file that is not there is named, with its flag.
+        let e = err(&["--tls-cert", "/nonexistent/c.pem", "--tls-key", "k.pem"]);
+        assert!(e.contains("--tls-cert /nonexistent/c.pem"), "{e}");
+        assert!(parse(&[]).unwrap().tls.is_none());
+    }
+
+    #[test]
+    fn a_tls_cluster_needs_a_ca() {
+        use crate::tls::certs::{Ca, Role, LOCAL_SANS};
+        let dir = tempfile::tempdir().unwrap();
+        let ca = Ca::open_or_create(dir.path()).unwrap();
+        let sans: Vec<String> = LOCAL_SANS.iter().map(|s| s.to_string()).collect();
+        let node = ca.issue("n1", Role::Node, &sans).unwrap();
+        let (cert, key) = (node.cert.to_str().unwrap(), node.key.to_str().unwrap());
+        let ca_path = ca.cert_path();
+        let ca_path = ca_path.to_str().unwrap();
+        let cluster = ["--peers", "1=127.0.0.1:1,2=127.0.0.1:2,3=127.0.0.1:3"];
+        let mut args = vec!["--tls-cert", cert, "--tls-key", key];
+        // One node: TLS for clients without a CA is fine.
+        assert!(parse(&args).unwrap().tls.is_some());
+        args.extend(cluster);
+        let e = parse(&args).unwrap_err().to_string();
+        assert!(
+            e.contains("--tls-ca is required for a cluster with TLS"),
+            "{e}"
+        );
+        args.extend(["--tls-ca", ca_path]);
+        let tls = parse(&args).unwrap().tls.unwrap();
+        assert!(tls.peers.is_some());
+        // A key that is not the certificate's.
+        let other = ca.issue("n2", Role::Node, &sans).unwrap();
+        let e = parse(&[
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            other.key.to_str().unwrap(),
+            "--tls-ca",
+            ca_path,
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("TLS set-up"), "{e}");
     }
 }

@@ -16,7 +16,6 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
@@ -25,19 +24,38 @@ use warden_protocol::pb::{self, client_frame::Kind, ErrorCode};
 use warden_protocol::{FrameCodec, FrameError};
 
 use crate::core::{CoreMsg, Door, OUTBOUND_FRAMES_MAX};
+use crate::tls::Stream;
 use crate::watch::ConnId;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
 
 /// How long a new connection may take to send its ConnectRequest.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 type ServerCodec = FrameCodec<pb::ClientFrame, pb::ServerFrame>;
 
-pub async fn serve(stream: TcpStream, peer: SocketAddr, conn: ConnId, core: mpsc::Sender<CoreMsg>) {
+/// Serves one client on `stream` (TLS or not); `tls_subject` is the
+/// subject of the client's verified certificate, if it presented one.
+pub async fn serve(
+    stream: Stream,
+    peer: SocketAddr,
+    conn: ConnId,
+    core: mpsc::Sender<CoreMsg>,
+    tls_subject: Option<String>,
+) {
     let span = tracing::debug_span!("conn", conn, %peer);
-    run(stream, peer, conn, core).instrument(span).await
+    run(stream, peer, conn, core, tls_subject)
+        .instrument(span)
+        .await
 }
 
-async fn run(stream: TcpStream, peer: SocketAddr, conn: ConnId, core: mpsc::Sender<CoreMsg>) {
+async fn run(
+    stream: Stream,
+    peer: SocketAddr,
+    conn: ConnId,
+    core: mpsc::Sender<CoreMsg>,
+    tls_subject: Option<String>,
+) {
     let _ = stream.set_nodelay(true);
     let (rd, wr) = stream.into_split();
     let mut reader = FramedRead::new(rd, ServerCodec::new());
@@ -110,6 +128,7 @@ async fn run(stream: TcpStream, peer: SocketAddr, conn: ConnId, core: mpsc::Send
             out: out_tx.clone(),
             closed: closed_by_core.clone(),
             connect,
+            tls_subject,
         })
         .await
         .is_err()
@@ -146,6 +165,43 @@ async fn run(stream: TcpStream, peer: SocketAddr, conn: ConnId, core: mpsc::Send
     let _ = core.send(CoreMsg::Closed { conn }).await;
     drop(out_tx);
     let _ = writer_task.await;
+}
+
+/// Takes a new client connection: on a TLS port the handshake comes first
+/// (a plaintext client is told why it is refused), then [`serve`].
+pub async fn accept(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    conn: ConnId,
+    core: mpsc::Sender<CoreMsg>,
+    tls: Option<TlsAcceptor>,
+) {
+    let Some(acceptor) = tls else {
+        return serve(Stream::from(tcp), peer, conn, core, None).await;
+    };
+    match crate::tls::accept(&acceptor, tcp).await {
+        Ok(a) => serve(a.stream, peer, conn, core, a.subject).await,
+        Err(refused) => {
+            crate::tls::log_refused("native", peer, &refused);
+            if let crate::tls::Refused::Plaintext(tcp) = refused {
+                let refusal = pb::ServerFrame {
+                    kind: Some(pb::server_frame::Kind::Connect(pb::ConnectResponse {
+                        error: ErrorCode::BadArguments as i32,
+                        message: "this port speaks TLS only: connect with TLS \
+                                  (wardenctl --tls-ca FILE, or Client::connect_tls)"
+                            .into(),
+                        ..Default::default()
+                    })),
+                };
+                let mut reply = bytes::BytesMut::new();
+                if tokio_util::codec::Encoder::encode(&mut ServerCodec::new(), refusal, &mut reply)
+                    .is_ok()
+                {
+                    crate::tls::refuse_plaintext(tcp, &reply).await;
+                }
+            }
+        }
+    }
 }
 
 fn frame_error_message(e: &FrameError) -> String {

@@ -122,6 +122,9 @@ pub enum CoreMsg {
         /// Cancelled by the core when it is done with the connection.
         closed: CancellationToken,
         connect: pb::ConnectRequest,
+        /// The subject of the client's verified TLS certificate (RFC 4514,
+        /// e.g. `CN=alice,O=acme`); `None` without TLS or a certificate.
+        tls_subject: Option<String>,
     },
     /// A request on an open connection.
     Request { conn: ConnId, request: pb::Request },
@@ -316,7 +319,8 @@ impl Core {
             op_metrics.fsync_seconds.clone(),
             op_metrics.append_batch_entries.clone(),
         );
-        let mut transport = Transport::new(cfg.id, runtime);
+        let links = crate::raft::transport::PeerLinks::of(cfg.tls.as_ref());
+        let mut transport = Transport::new(cfg.id, runtime, links);
         for p in &cfg.peers {
             transport.add_peer(p.id, &p.addr);
         }
@@ -719,7 +723,13 @@ impl Core {
                 out,
                 closed,
                 connect,
-            } => self.open_conn(conn, peer, door, out, closed, connect),
+                tls_subject,
+            } => {
+                if let Some(subject) = &tls_subject {
+                    debug!(conn, %subject, "client certificate verified");
+                }
+                self.open_conn(conn, peer, door, out, closed, connect)
+            }
             CoreMsg::Stats { reply } => {
                 let _ = reply.send(self.stats());
             }

@@ -22,6 +22,7 @@ pub mod ops;
 pub mod raft;
 pub mod serve;
 pub mod session;
+pub mod tls;
 pub mod tree;
 pub mod watch;
 pub mod zk;

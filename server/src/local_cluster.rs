@@ -18,6 +18,12 @@
 //! | stdout and stderr | `DIR/node-i.log` (appended to across runs) |
 //! | process id | `DIR/node-i.pid`, while it runs |
 //!
+//! With `--tls`, `DIR/tls` gets a throwaway CA (kept across runs), a
+//! certificate per node (`node-i.pem`, valid for `localhost` and
+//! `127.0.0.1`) and one for wardenctl (`client.pem`); every node serves TLS
+//! only on its client, ZooKeeper and HTTP ports, with mutual TLS between
+//! peers, and the guide prints the wardenctl line with the `--tls-*` flags.
+//!
 //! A node prints its ready line (`warden listening client=ADDR`) only once a
 //! leader is elected and it has caught up, and that needs a quorum of the
 //! group. So every process is started first and only then are the ready
@@ -96,8 +102,25 @@ pub const READY_LINE_PREFIX: &str = "warden listening client=";
 /// Start of the one line `local-cluster` prints on stdout.
 pub const SERVERS_LINE_PREFIX: &str = "WARDEN_SERVERS=";
 
+/// With `--tls`, stdout also names the CA and wardenctl's certificate and
+/// key in lines starting with these (the environment variables wardenctl
+/// reads).
+pub const TLS_CA_LINE_PREFIX: &str = "WARDEN_TLS_CA=";
+pub const TLS_CERT_LINE_PREFIX: &str = "WARDEN_TLS_CERT=";
+pub const TLS_KEY_LINE_PREFIX: &str = "WARDEN_TLS_KEY=";
+
 /// Events one node can report: a ready line, then an exit.
 const EVENTS_PER_NODE: usize = 2;
+
+/// With `--tls`, the certificates live in `DIR/tls`.
+pub const TLS_DIR: &str = "tls";
+/// The client certificate `--tls` makes for wardenctl (`DIR/tls/client.pem`).
+pub const CLIENT_CERT_NAME: &str = "client";
+
+/// Node `id`'s certificate is `DIR/tls/node-ID.pem`.
+fn node_cert_name(id: u64) -> String {
+    format!("node-{id}")
+}
 
 /// Prefix of every line the supervisor itself writes to stderr.
 const ME: &str = "warden local-cluster";
@@ -119,6 +142,11 @@ pub struct LocalClusterArgs {
     /// Raft tick of every node (default: that of `warden serve`).
     #[arg(long)]
     pub tick_ms: Option<u64>,
+    /// TLS everywhere: a throwaway CA and certificates in DIR/tls (node-i
+    /// for each node, `client` for wardenctl), every port TLS only, peer
+    /// links mutual TLS.
+    #[arg(long)]
+    pub tls: bool,
 }
 
 /// Everything about the cluster decided before anything starts.
@@ -129,6 +157,8 @@ pub struct Plan {
     /// the rule lives in one place.
     pub tick_ms: Option<u64>,
     pub nodes: Vec<NodePlan>,
+    /// With `--tls`: where the CA and certificates go (`DIR/tls`).
+    pub tls_dir: Option<PathBuf>,
 }
 
 /// One node's addresses and files.
@@ -195,6 +225,8 @@ pub enum LocalClusterError {
     },
     #[error("every node has exited; their logs are in {}", dir.display())]
     AllExited { dir: PathBuf },
+    #[error("cannot make the TLS certificates: {0}")]
+    Certs(#[from] crate::tls::certs::CertError),
 }
 
 impl LocalClusterArgs {
@@ -226,6 +258,7 @@ impl LocalClusterArgs {
             })
             .collect();
         Ok(Plan {
+            tls_dir: self.tls.then(|| self.data_dir.join(TLS_DIR)),
             dir: self.data_dir,
             tick_ms: self.tick_ms,
             nodes,
@@ -265,7 +298,26 @@ impl Plan {
         if let Some(tick_ms) = self.tick_ms {
             args.extend(["--tick-ms".into(), tick_ms.to_string().into()]);
         }
+        if let Some(tls) = &self.tls_dir {
+            let name = node_cert_name(node.id);
+            args.extend([
+                "--tls-cert".into(),
+                tls.join(format!("{name}.pem")).into(),
+                "--tls-key".into(),
+                tls.join(format!("{name}-key.pem")).into(),
+                "--tls-ca".into(),
+                tls.join(crate::tls::certs::CA_FILE).into(),
+            ]);
+        }
         args
+    }
+
+    /// With `--tls`: the certificate wardenctl presents (`client.pem`).
+    pub fn client_cert(&self) -> Option<crate::tls::certs::Issued> {
+        self.tls_dir.as_ref().map(|tls| crate::tls::certs::Issued {
+            cert: tls.join(format!("{CLIENT_CERT_NAME}.pem")),
+            key: tls.join(format!("{CLIENT_CERT_NAME}-key.pem")),
+        })
     }
 }
 
@@ -423,6 +475,17 @@ fn prepare(plan: &Plan) -> Result<(), LocalClusterError> {
         path: plan.dir.clone(),
         source,
     })?;
+    if let Some(tls) = &plan.tls_dir {
+        use crate::tls::certs::{Ca, Role, LOCAL_SANS};
+        // The CA is kept across runs of the same directory; the node and
+        // client certificates are made anew each time.
+        let ca = Ca::open_or_create(tls)?;
+        let sans: Vec<String> = LOCAL_SANS.iter().map(|s| s.to_string()).collect();
+        for node in &plan.nodes {
+            ca.issue(&node_cert_name(node.id), Role::Node, &sans)?;
+        }
+        ca.issue(CLIENT_CERT_NAME, Role::Client, &[])?;
+    }
     let mut held = Vec::new();
     for node in &plan.nodes {
         for (what, addr) in [
@@ -690,9 +753,32 @@ fn announce(plan: &Plan, ready: &BTreeMap<u64, String>, pids: &BTreeMap<u64, Opt
         .map(|n| n.zk.to_string())
         .collect::<Vec<_>>()
         .join(",");
+    // With TLS, absolute paths, so the lines work from any directory.
+    let absolute = |p: PathBuf| std::fs::canonicalize(&p).unwrap_or(p);
+    let tls = plan
+        .client_cert()
+        .zip(plan.tls_dir.clone())
+        .map(|(client, dir)| {
+            (
+                absolute(dir.join(crate::tls::certs::CA_FILE)),
+                absolute(client.cert),
+                absolute(client.key),
+            )
+        });
     let mut stdout = std::io::stdout().lock();
+    let tls_lines = |out: &mut std::io::StdoutLock<'_>| match &tls {
+        None => Ok(()),
+        Some((ca, cert, key)) => writeln!(
+            out,
+            "{TLS_CA_LINE_PREFIX}{}\n{TLS_CERT_LINE_PREFIX}{}\n{TLS_KEY_LINE_PREFIX}{}",
+            ca.display(),
+            cert.display(),
+            key.display()
+        ),
+    };
     if let Err(e) = writeln!(stdout, "{SERVERS_LINE_PREFIX}{servers}")
         .and_then(|()| writeln!(stdout, "{ZK_SERVERS_LINE_PREFIX}{zk_servers}"))
+        .and_then(|()| tls_lines(&mut stdout))
         .and_then(|()| stdout.flush())
     {
         // Stdout may be a closed pipe; the cluster is still worth running.
@@ -717,10 +803,23 @@ fn announce(plan: &Plan, ready: &BTreeMap<u64, String>, pids: &BTreeMap<u64, Opt
         );
     }
     let last = plan.nodes.last().map_or(1, |n| n.id);
+    let wardenctl = match &tls {
+        None => "wardenctl".to_string(),
+        Some((ca, cert, key)) => format!(
+            "wardenctl --tls-ca {} --tls-cert {} --tls-key {}",
+            ca.display(),
+            cert.display(),
+            key.display()
+        ),
+    };
+    if tls.is_some() {
+        guide +=
+            "TLS everywhere: client, ZooKeeper and HTTP ports speak TLS only, peers mutual TLS\n";
+    }
     guide += &format!(
         "Use it from another shell:\n  \
            export {SERVERS_LINE_PREFIX}{servers}\n  \
-           wardenctl ls /\n\
+           {wardenctl} ls /\n\
          Fail a node:  kill -9 $(cat {})  (nodes are not restarted)\n\
          Ctrl-C stops the cluster; data and logs stay in {}",
         plan.dir.join(format!("node-{last}.pid")).display(),

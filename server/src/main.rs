@@ -28,6 +28,10 @@ enum Command {
     /// per node), print its connect string as `WARDEN_SERVERS=...`, and
     /// stop every node on Ctrl-C.
     LocalCluster(LocalClusterArgs),
+    /// Make a throwaway CA and certificates for trying TLS (not for
+    /// production: the CA's key sits in the directory): `warden certs
+    /// --node n1 --node n2 --node n3 --client alice`.
+    Certs(warden_server::tls::certs::CertsArgs),
 }
 
 fn main() -> ExitCode {
@@ -75,6 +79,13 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Certs(args) => match warden_server::tls::certs::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::LocalCluster(args) => {
             let plan = match args.validate() {
                 Ok(plan) => plan,

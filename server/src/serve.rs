@@ -93,6 +93,7 @@ pub async fn serve(
         peer_listener,
         peer_tx,
         stop_peers.clone(),
+        transport::PeerLinks::of(cfg.tls.as_ref()),
     ));
 
     let op_metrics = crate::opmetrics::OpMetrics::new();
@@ -142,7 +143,7 @@ pub async fn serve(
     }
 
     if !stopping {
-        info!(%client, id = cfg.id, data_dir = %cfg.data_dir.display(), "listening");
+        info!(%client, id = cfg.id, data_dir = %cfg.data_dir.display(), tls = cfg.tls.is_some(), "listening");
         if let Some(zk) = zk_addr {
             info!(%zk, "ZooKeeper clients welcome");
         }
@@ -162,6 +163,7 @@ pub async fn serve(
             core_tx.clone(),
             stop_peers.clone(),
             next_conn.clone(),
+            cfg.tls.as_ref().map(|t| t.clients.clone()),
         ));
     }
     if !stopping {
@@ -171,6 +173,7 @@ pub async fn serve(
             client,
             stop_peers.clone(),
             op_metrics,
+            cfg.tls.clone(),
         ));
         loop {
             tokio::select! {
@@ -187,7 +190,8 @@ pub async fn serve(
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
                         let conn = next_conn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        tokio::spawn(conn::serve(stream, peer, conn, core_tx.clone()));
+                        let tls = cfg.tls.as_ref().map(|t| t.clients.clone());
+                        tokio::spawn(conn::accept(stream, peer, conn, core_tx.clone(), tls));
                     }
                     Err(e) => warn!(error = %e, "accept failed"),
                 }

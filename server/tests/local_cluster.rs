@@ -36,10 +36,17 @@ struct LocalCluster {
     child: Option<Child>,
     dir: Option<tempfile::TempDir>,
     servers: Vec<String>,
+    /// Further stdout lines, `NAME=value`, read up to the `--tls` lines.
+    lines: Vec<String>,
 }
 
 impl LocalCluster {
     fn start() -> LocalCluster {
+        Self::start_with(&[])
+    }
+
+    /// With `--tls` among `extra`, also reads the TLS lines.
+    fn start_with(extra: &[&str]) -> LocalCluster {
         let dir = tempfile::Builder::new()
             .prefix("warden-local-cluster-test-")
             .tempdir()
@@ -57,6 +64,7 @@ impl LocalCluster {
             .arg(base_port.to_string())
             .arg("--tick-ms")
             .arg("50")
+            .args(extra)
             .env(
                 "WARDEN_LOG",
                 "info,warden_server=debug,fjall=warn,lsm_tree=warn",
@@ -79,6 +87,7 @@ impl LocalCluster {
             child: Some(child),
             dir: Some(dir),
             servers: Vec::new(),
+            lines: Vec::new(),
         };
         let line = match rx.recv_timeout(SERVERS_LINE_TIMEOUT) {
             Ok(line) => line,
@@ -92,7 +101,25 @@ impl LocalCluster {
             .map(|i| format!("127.0.0.1:{}", base_port + i))
             .collect();
         assert_eq!(cluster.servers, expected, "{line}");
+        // ZOOKEEPER_SERVERS=, then with --tls the CA, certificate and key.
+        let more = if extra.contains(&"--tls") { 4 } else { 1 };
+        for _ in 0..more {
+            match rx.recv_timeout(SERVERS_LINE_TIMEOUT) {
+                Ok(line) => cluster.lines.push(line),
+                Err(e) => panic!("stdout ended early ({e:?}); stderr:\n{}", cluster.stderr()),
+            }
+        }
         cluster
+    }
+
+    /// The value of stdout line `NAME=value`.
+    fn line(&self, name: &str) -> String {
+        let prefix = format!("{name}=");
+        self.lines
+            .iter()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {name}= line in {:?}", self.lines))
+            .to_string()
     }
 
     fn dir(&self) -> &Path {
@@ -311,6 +338,67 @@ async fn a_killed_node_is_reported_not_restarted_and_writes_continue() {
     assert!(!process_exists(pids[2]));
     assert!(TcpStream::connect(&cluster.servers[2]).is_err());
 
+    let status = cluster.terminate();
+    assert!(
+        status.success(),
+        "{status:?}\nstderr:\n{}",
+        cluster.stderr()
+    );
+    assert_all_gone(&cluster, &pids);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_is_one_flag_away() {
+    let mut cluster = LocalCluster::start_with(&["--tls"]);
+    let pids: Vec<u32> = (1..=3).map(|i| cluster.node_pid(i)).collect();
+    let (ca, cert, key) = (
+        cluster.line("WARDEN_TLS_CA"),
+        cluster.line("WARDEN_TLS_CERT"),
+        cluster.line("WARDEN_TLS_KEY"),
+    );
+    // The guide shows the wardenctl command line with the TLS flags.
+    let guide = cluster.stderr();
+    assert!(
+        guide.contains(&format!(
+            "wardenctl --tls-ca {ca} --tls-cert {cert} --tls-key {key} ls /"
+        )),
+        "{guide}"
+    );
+    // wardenctl, given those files (here through the environment it reads).
+    let servers = cluster.servers.join(",");
+    let ctl = |args: &[&str]| {
+        Command::new(warden_testkit::binary("wardenctl"))
+            .args(args)
+            .env("WARDEN_SERVERS", &servers)
+            .env("WARDEN_TLS_CA", &ca)
+            .env("WARDEN_TLS_CERT", &cert)
+            .env("WARDEN_TLS_KEY", &key)
+            .output()
+            .expect("run wardenctl")
+    };
+    let out = ctl(&["create", "/secure", "yes"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for addr in &cluster.servers {
+        let out = ctl(&["--servers", addr, "get", "/secure"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "yes");
+    }
+    // Plaintext is refused on every client port.
+    for addr in &cluster.servers {
+        let err = Client::connect(addr, options())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("TLS only"), "{err}");
+    }
     let status = cluster.terminate();
     assert!(
         status.success(),

@@ -124,3 +124,38 @@ async fn kazoo_recipes_survive_a_leader_kill_on_three_nodes() {
         rest.join("\n")
     );
 }
+
+#[test]
+fn kazoo_over_tls_on_the_secure_zookeeper_port() {
+    let venv = venv();
+    let certs = warden_testkit::TlsCerts::generate(&["node"], &["alice"]);
+    let server = Server::start_with(warden_testkit::ServerOptions {
+        extra_args: certs.server_args("node", &[]),
+        ..Default::default()
+    });
+    let out = Command::new(venv.join("bin/python"))
+        .arg(zk_dir().join("tls_run.py"))
+        .env("WARDEN_ZK_HOSTS", server.zk_addr())
+        .env("WARDEN_TLS_CA", certs.ca())
+        .env("WARDEN_TLS_CERT", certs.cert("alice"))
+        .env("WARDEN_TLS_KEY", certs.key("alice"))
+        .output()
+        .expect("run tls_run.py");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.trim_end().ends_with("ok"),
+        "tls_run.py failed:\n{stdout}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.log()
+    );
+    let log = server.log();
+    // The certificate's subject reached the core through the ZooKeeper door,
+    // and the plaintext client was refused with one line.
+    assert!(log.contains("subject=CN=alice"), "{log}");
+    assert!(
+        log.contains(
+            r#"connection refused: plaintext connection on a TLS-only port door="zookeeper""#
+        ),
+        "{log}"
+    );
+}

@@ -24,6 +24,9 @@
 //! [`Cluster::restart_many`].
 
 pub mod raw;
+pub mod tls;
+
+pub use tls::TlsCerts;
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write as _};
@@ -569,6 +572,13 @@ impl Cluster {
             nodes: processes,
             dir: None,
         }
+    }
+
+    /// Replaces node `i`'s extra flags (from [`ServerOptions::extra_args`])
+    /// for its next start: a node unlike the others (another certificate,
+    /// say).
+    pub fn set_extra_args(&mut self, i: usize, extra_args: Vec<String>) {
+        self.node_mut(i).opts.extra_args = extra_args;
     }
 
     /// Starts spare node `i` with `--join`, without waiting: it becomes

@@ -42,15 +42,19 @@ pub const CLIENT_ID_LEN_MAX: usize = 256;
 /// The loopback session the lock API runs on.
 pub(crate) struct Gateway {
     addr: SocketAddr,
+    /// With TLS on: trusts exactly this server's certificate and presents
+    /// it as the client's (see `tls/pinned.rs`).
+    tls: Option<Arc<rustls::ClientConfig>>,
     // A tokio mutex held across the connect on purpose: concurrent first
     // requests wait for one session instead of each opening their own.
     lock: tokio::sync::Mutex<Option<(Client, LeaseLock)>>,
 }
 
 impl Gateway {
-    pub(crate) fn new(addr: SocketAddr) -> Self {
+    pub(crate) fn new(addr: SocketAddr, tls: Option<Arc<rustls::ClientConfig>>) -> Self {
         Gateway {
             addr,
+            tls,
             lock: tokio::sync::Mutex::new(None),
         }
     }
@@ -64,15 +68,21 @@ impl Gateway {
             }
             debug!(?state, "lock gateway session lost; connecting anew");
         }
-        let client = Client::connect(&self.addr.to_string(), ConnectOptions::default())
-            .await
-            .map_err(|e| {
-                warn!(error = %e, "the lock gateway cannot reach its own server");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("cannot reach the service: {e}"),
-                )
-            })?;
+        let addr = self.addr.to_string();
+        let connected = match &self.tls {
+            None => Client::connect(&addr, ConnectOptions::default()).await,
+            Some(tls) => {
+                let tls = warden_client::TlsOptions::from_rustls(tls.clone());
+                Client::connect_tls(&addr, ConnectOptions::default(), tls).await
+            }
+        };
+        let client = connected.map_err(|e| {
+            warn!(error = %e, "the lock gateway cannot reach its own server");
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("cannot reach the service: {e}"),
+            )
+        })?;
         debug!(session = client.session_id(), "lock gateway connected");
         let lock = LeaseLock::new(client.clone(), LOCK_ROOT);
         *slot = Some((client, lock.clone()));

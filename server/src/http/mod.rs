@@ -10,6 +10,7 @@
 mod health;
 mod locks;
 mod metrics;
+mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,23 +39,35 @@ pub(crate) struct Http {
 
 /// Serves HTTP on `listener` until `stop` is cancelled. `client` is this
 /// server's own native-protocol address, which the lock gateway dials.
+/// With `tls`, HTTPS only (and the gateway dials with TLS too).
 pub async fn serve(
     listener: TcpListener,
     core: mpsc::Sender<CoreMsg>,
     client: SocketAddr,
     stop: CancellationToken,
     op_metrics: crate::opmetrics::OpMetrics,
+    tls: Option<crate::tls::Tls>,
 ) {
     let state = Arc::new(Http {
         core,
-        locks: locks::Gateway::new(client),
+        locks: locks::Gateway::new(client, tls.as_ref().map(|t| t.gateway.clone())),
         metrics: metrics::Metrics::new(&op_metrics),
     });
     let app = router(state);
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(stop.cancelled_owned())
-        .await
-    {
+    let stopped = stop.cancelled_owned();
+    let served = match tls {
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stopped)
+                .await
+        }
+        Some(tls) => {
+            axum::serve(tls::TlsListener::new(listener, tls.clients), app)
+                .with_graceful_shutdown(stopped)
+                .await
+        }
+    };
+    if let Err(e) = served {
         warn!(error = %e, "the HTTP door stopped");
     }
 }

@@ -14,6 +14,10 @@
 //! forwarded to the core. Frames are `u32` big-endian length + one
 //! [`PeerFrame`], bounded by [`PEER_FRAME_BYTES_MAX`] (snapshots travel in
 //! one frame).
+//!
+//! With TLS on, every link is mutual TLS ([`PeerLinks::Tls`]): both ends
+//! present a certificate that must chain to the cluster's CA, so a process
+//! without one gets no frame to the core, in either direction.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -32,6 +36,32 @@ use tracing::{debug, info, warn, Instrument};
 use warden_protocol::FrameCodec;
 
 use crate::proto::PeerFrame;
+use crate::tls::{PeerTls, Stream, Tls, HANDSHAKE_TIMEOUT};
+
+/// How links between peers are secured.
+#[derive(Clone)]
+pub enum PeerLinks {
+    /// Plain TCP (TLS is off).
+    Plain,
+    /// Mutual TLS against the cluster's CA.
+    Tls(PeerTls),
+    /// TLS is on without a CA: no peer could prove it belongs, so none is
+    /// admitted and none is dialled (a single node; adding members needs
+    /// `--tls-ca`).
+    Refused,
+}
+
+impl PeerLinks {
+    pub fn of(tls: Option<&Tls>) -> Self {
+        match tls {
+            None => PeerLinks::Plain,
+            Some(Tls {
+                peers: Some(peers), ..
+            }) => PeerLinks::Tls(peers.clone()),
+            Some(_) => PeerLinks::Refused,
+        }
+    }
+}
 
 /// Largest frame between servers (a snapshot is one frame).
 pub const PEER_FRAME_BYTES_MAX: usize = 1024 * 1024 * 1024;
@@ -56,6 +86,7 @@ fn codec() -> PeerCodec {
 pub struct Transport {
     me: u64,
     runtime: Handle,
+    links: PeerLinks,
     peers: HashMap<u64, Peer>,
     stop: CancellationToken,
 }
@@ -103,10 +134,11 @@ impl QueueBytes {
 
 impl Transport {
     /// `runtime` runs the peer tasks (not the core's own runtime).
-    pub fn new(me: u64, runtime: Handle) -> Self {
+    pub fn new(me: u64, runtime: Handle, links: PeerLinks) -> Self {
         Self {
             me,
             runtime,
+            links,
             peers: HashMap::new(),
             stop: CancellationToken::new(),
         }
@@ -128,7 +160,14 @@ impl Transport {
         let stop = self.stop.child_token();
         let span = tracing::info_span!("peer", id, addr);
         self.runtime.spawn(
-            outbound(addr.to_string(), rx, queued_bytes.clone(), stop.clone()).instrument(span),
+            outbound(
+                addr.to_string(),
+                rx,
+                queued_bytes.clone(),
+                stop.clone(),
+                self.links.clone(),
+            )
+            .instrument(span),
         );
         self.peers.insert(
             id,
@@ -193,12 +232,25 @@ async fn outbound(
     mut rx: mpsc::Receiver<Queued>,
     queued_bytes: Arc<QueueBytes>,
     stop: CancellationToken,
+    links: PeerLinks,
 ) {
     // Every frame taken off the queue gives its bytes back, written or not.
     let mut take = |q: Queued| {
         queued_bytes.release(q.bytes);
         q.frame
     };
+    if let PeerLinks::Refused = links {
+        warn!("not dialling the peer: TLS is on without --tls-ca, so peer links cannot be secured");
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                q = rx.recv() => match q {
+                    Some(q) => { take(q); }
+                    None => return,
+                },
+            }
+        }
+    }
     let mut backoff = BACKOFF_MIN;
     let mut was_connected = false;
     loop {
@@ -206,7 +258,7 @@ async fn outbound(
             _ = stop.cancelled() => return,
             c = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&addr)) => c,
         };
-        let stream = match connected {
+        let tcp = match connected {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
                 if was_connected {
@@ -230,7 +282,24 @@ async fn outbound(
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
+        let _ = tcp.set_nodelay(true);
+        let stream = match &links {
+            PeerLinks::Tls(tls) => match tls_connect(tls, &addr, tcp, &stop).await {
+                Some(s) => s,
+                None => {
+                    while let Ok(q) = rx.try_recv() {
+                        take(q);
+                    }
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    continue;
+                }
+            },
+            _ => Stream::from(tcp),
+        };
         if !was_connected {
             info!("connected to peer");
         }
@@ -265,11 +334,52 @@ async fn outbound(
     }
 }
 
+/// The client side of a peer link's TLS handshake. The peer's certificate
+/// must chain to the cluster's CA *and* name the host we dialled (its SAN,
+/// as any TLS client checks): a certificate of the cluster stolen from one
+/// host does not let its holder pose as another member's address. The
+/// host is what `--peers` lists, so certificates carry the names (or IPs)
+/// the cluster is configured with (`localhost` and `127.0.0.1` for a
+/// cluster on one machine). `None` (logged) if the handshake failed.
+async fn tls_connect(
+    tls: &PeerTls,
+    addr: &str,
+    tcp: TcpStream,
+    stop: &CancellationToken,
+) -> Option<Stream> {
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let name = match rustls::pki_types::ServerName::try_from(host.to_string()) {
+        Ok(name) => name,
+        Err(e) => {
+            warn!(host, error = %e, "peer address has no usable TLS server name");
+            return None;
+        }
+    };
+    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.connector.connect(name, tcp));
+    let done = tokio::select! {
+        _ = stop.cancelled() => return None,
+        done = handshake => done,
+    };
+    match done {
+        Ok(Ok(s)) => Some(Stream::Tls(Box::new(s.into()))),
+        Ok(Err(e)) => {
+            warn!(error = %e, "TLS handshake with peer failed");
+            None
+        }
+        Err(_) => {
+            warn!("TLS handshake with peer timed out");
+            None
+        }
+    }
+}
+
 /// Accepts peer connections and forwards every frame to `deliver`.
 pub async fn listen(
     listener: TcpListener,
     deliver: mpsc::Sender<PeerFrame>,
     stop: CancellationToken,
+    links: PeerLinks,
 ) {
     loop {
         let accepted = tokio::select! {
@@ -278,7 +388,13 @@ pub async fn listen(
         };
         match accepted {
             Ok((stream, peer)) => {
-                tokio::spawn(inbound(stream, peer, deliver.clone(), stop.clone()));
+                tokio::spawn(inbound(
+                    stream,
+                    peer,
+                    deliver.clone(),
+                    stop.clone(),
+                    links.clone(),
+                ));
             }
             Err(e) => warn!(error = %e, "peer accept failed"),
         }
@@ -286,12 +402,33 @@ pub async fn listen(
 }
 
 async fn inbound(
-    stream: TcpStream,
+    tcp: TcpStream,
     peer: SocketAddr,
     deliver: mpsc::Sender<PeerFrame>,
     stop: CancellationToken,
+    links: PeerLinks,
 ) {
-    let _ = stream.set_nodelay(true);
+    let _ = tcp.set_nodelay(true);
+    let stream = match links {
+        PeerLinks::Plain => Stream::from(tcp),
+        PeerLinks::Tls(tls) => {
+            let accepted = tokio::select! {
+                _ = stop.cancelled() => return,
+                a = crate::tls::accept(&tls.acceptor, tcp) => a,
+            };
+            match accepted {
+                Ok(a) => {
+                    debug!(%peer, subject = a.subject.as_deref().unwrap_or(""), "peer authenticated");
+                    a.stream
+                }
+                Err(refused) => return crate::tls::log_refused("peer", peer, &refused),
+            }
+        }
+        PeerLinks::Refused => {
+            info!(%peer, "peer connection refused: TLS is on without --tls-ca, so no peer can prove it belongs");
+            return;
+        }
+    };
     let mut frames = FramedRead::new(stream, codec());
     loop {
         let next = tokio::select! {
@@ -342,7 +479,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         drop(listener);
-        let mut t = Transport::new(1, Handle::current());
+        let mut t = Transport::new(1, Handle::current(), PeerLinks::Plain);
         t.add_peer(2, &addr);
         let frame = PeerFrame {
             from: 1,

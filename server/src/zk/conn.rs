@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use futures::{SinkExt, StreamExt};
-use tokio::net::TcpStream;
+use tokio::io::WriteHalf;
 use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
@@ -24,6 +24,7 @@ use warden_protocol::FRAME_BYTES_MAX;
 use super::jute::{Reader, Writer};
 use super::proto::{self, opcode, Reply};
 use crate::core::{CoreMsg, Door, OUTBOUND_FRAMES_MAX};
+use crate::tls::Stream;
 use crate::watch::ConnId;
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -43,23 +44,29 @@ enum Pending {
     Local { xid: i32, err: i32 },
 }
 
+/// Serves one ZooKeeper client on `stream` (TLS or not); `tls_subject` is
+/// the subject of its verified certificate, if it presented one.
 pub async fn serve(
-    stream: TcpStream,
+    stream: Stream,
     peer: SocketAddr,
     conn: ConnId,
     core: mpsc::Sender<CoreMsg>,
     first4: [u8; 4],
+    tls_subject: Option<String>,
 ) {
     let span = tracing::debug_span!("zk_conn", conn, %peer);
-    run(stream, peer, conn, core, first4).instrument(span).await
+    run(stream, peer, conn, core, first4, tls_subject)
+        .instrument(span)
+        .await
 }
 
 async fn run(
-    stream: TcpStream,
+    stream: Stream,
     peer: SocketAddr,
     conn: ConnId,
     core: mpsc::Sender<CoreMsg>,
     first4: [u8; 4],
+    tls_subject: Option<String>,
 ) {
     let _ = stream.set_nodelay(true);
     let (rd, wr) = stream.into_split();
@@ -91,6 +98,7 @@ async fn run(
             out: out_tx,
             closed: closed.clone(),
             connect,
+            tls_subject,
         })
         .await
         .is_err()
@@ -189,7 +197,7 @@ async fn on_request(
 
 /// Writes local answers that have reached the head of the queue.
 async fn flush_local(
-    writer: &mut FramedWrite<tokio::net::tcp::OwnedWriteHalf, LengthDelimitedCodec>,
+    writer: &mut FramedWrite<WriteHalf<Stream>, LengthDelimitedCodec>,
     pending: &mut VecDeque<Pending>,
 ) -> bool {
     while let Some(Pending::Local { xid, err }) = pending.front() {
@@ -204,7 +212,7 @@ async fn flush_local(
 }
 
 async fn write_frame(
-    writer: &mut FramedWrite<tokio::net::tcp::OwnedWriteHalf, LengthDelimitedCodec>,
+    writer: &mut FramedWrite<WriteHalf<Stream>, LengthDelimitedCodec>,
     frame: pb::ServerFrame,
     pending: &mut VecDeque<Pending>,
     connected: &mut bool,

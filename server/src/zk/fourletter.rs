@@ -3,10 +3,10 @@
 //! and the connection closed.
 
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::core::{CoreMsg, ServerStats};
+use crate::tls::Stream;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Word {
@@ -76,7 +76,7 @@ pub fn render(word: Word, s: &ServerStats) -> String {
     }
 }
 
-pub async fn answer(mut stream: TcpStream, word: Word, core: mpsc::Sender<CoreMsg>) {
+pub async fn answer(mut stream: Stream, word: Word, core: mpsc::Sender<CoreMsg>) {
     let (tx, rx) = oneshot::channel();
     if core.send(CoreMsg::Stats { reply: tx }).await.is_err() {
         return;

@@ -18,26 +18,31 @@ pub mod proto;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::core::CoreMsg;
+use crate::tls::Stream;
 use crate::watch::ConnId;
 
 /// Accepts ZooKeeper clients until `stop`. Connection ids come from
-/// `next_conn` so they never collide with the native door's.
+/// `next_conn` so they never collide with the native door's. With `tls`
+/// the port is ZooKeeper's secure client port: TLS only, four-letter words
+/// included.
 pub async fn listen(
     listener: TcpListener,
     core: mpsc::Sender<CoreMsg>,
     stop: CancellationToken,
     next_conn: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    tls: Option<TlsAcceptor>,
 ) {
     loop {
         let accepted = tokio::select! {
             _ = stop.cancelled() => return,
             a = listener.accept() => a,
         };
-        let (mut stream, peer) = match accepted {
+        let (tcp, peer) = match accepted {
             Ok(a) => a,
             Err(e) => {
                 warn!(error = %e, "zk accept failed");
@@ -46,7 +51,16 @@ pub async fn listen(
         };
         let conn: ConnId = next_conn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let core = core.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
+            let (mut stream, tls_subject) = match tls {
+                None => (Stream::from(tcp), None),
+                Some(acceptor) => match crate::tls::accept(&acceptor, tcp).await {
+                    Ok(a) => (a.stream, a.subject),
+                    // A ZooKeeper client has no way to hear why: close.
+                    Err(refused) => return crate::tls::log_refused("zookeeper", peer, &refused),
+                },
+            };
             let mut first4 = [0u8; 4];
             let read = tokio::time::timeout(
                 std::time::Duration::from_secs(10),
@@ -60,7 +74,7 @@ pub async fn listen(
             if let Some(word) = fourletter::Word::parse(&first4) {
                 fourletter::answer(stream, word, core).await;
             } else {
-                conn::serve(stream, peer, conn, core, first4).await;
+                conn::serve(stream, peer, conn, core, first4, tls_subject).await;
             }
         });
     }

@@ -1,0 +1,48 @@
+"""kazoo against Warden's ZooKeeper port over TLS, as against ZooKeeper's
+secure client port: a client with the CA and a certificate works, a
+plaintext client gets no session.
+
+Environment: WARDEN_ZK_HOSTS, WARDEN_TLS_CA, WARDEN_TLS_CERT, WARDEN_TLS_KEY.
+Prints "ok" last on success.
+"""
+
+import os
+import sys
+
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+
+hosts = os.environ["WARDEN_ZK_HOSTS"]
+ca = os.environ["WARDEN_TLS_CA"]
+cert = os.environ["WARDEN_TLS_CERT"]
+key = os.environ["WARDEN_TLS_KEY"]
+
+zk = KazooClient(
+    hosts=hosts,
+    use_ssl=True,
+    ca=ca,
+    certfile=cert,
+    keyfile=key,
+    verify_certs=True,
+    timeout=10,
+)
+zk.start(timeout=20)
+zk.create("/tls-kazoo", b"secure")
+data, stat = zk.get("/tls-kazoo")
+assert data == b"secure", data
+assert zk.get_children("/") is not None
+zk.stop()
+zk.close()
+
+plain = KazooClient(hosts=hosts, timeout=2)
+try:
+    plain.start(timeout=5)
+    print("a plaintext kazoo got a session on the TLS port", file=sys.stderr)
+    sys.exit(1)
+except KazooTimeoutError:
+    pass
+finally:
+    plain.stop()
+    plain.close()
+
+print("ok")
