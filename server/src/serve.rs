@@ -156,12 +156,15 @@ pub async fn serve(
 
     // Connection ids, shared by both doors so they never collide.
     let next_conn = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1));
+    // Connections per client IP are counted across both doors.
+    let limiter = crate::limits::Limiter::new(cfg.limits, op_metrics.clone());
     if let (false, Some(l)) = (stopping, zk_listener) {
         tokio::spawn(crate::zk::listen(
             l,
             core_tx.clone(),
             stop_peers.clone(),
             next_conn.clone(),
+            limiter.clone(),
         ));
     }
     if !stopping {
@@ -187,7 +190,7 @@ pub async fn serve(
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
                         let conn = next_conn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        tokio::spawn(conn::serve(stream, peer, conn, core_tx.clone()));
+                        tokio::spawn(conn::serve(stream, peer, conn, core_tx.clone(), limiter.clone()));
                     }
                     Err(e) => warn!(error = %e, "accept failed"),
                 }

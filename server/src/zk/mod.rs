@@ -12,6 +12,7 @@
 
 pub mod conn;
 pub mod fourletter;
+pub mod frames;
 pub mod jute;
 pub mod proto;
 
@@ -22,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::core::CoreMsg;
+use crate::limits::Limiter;
 use crate::watch::ConnId;
 
 /// Accepts ZooKeeper clients until `stop`. Connection ids come from
@@ -31,6 +33,7 @@ pub async fn listen(
     core: mpsc::Sender<CoreMsg>,
     stop: CancellationToken,
     next_conn: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    limiter: Limiter,
 ) {
     loop {
         let accepted = tokio::select! {
@@ -46,7 +49,14 @@ pub async fn listen(
         };
         let conn: ConnId = next_conn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let core = core.clone();
+        let limiter = limiter.clone();
         tokio::spawn(async move {
+            // Counted with the native door's connections. Over the limit,
+            // the connection is closed at once, as ZooKeeper does (its
+            // protocol has no way to say why; the log and metric do).
+            let Ok(_permit) = limiter.admit(peer.ip()) else {
+                return;
+            };
             let mut first4 = [0u8; 4];
             let read = tokio::time::timeout(
                 std::time::Duration::from_secs(10),
@@ -60,7 +70,7 @@ pub async fn listen(
             if let Some(word) = fourletter::Word::parse(&first4) {
                 fourletter::answer(stream, word, core).await;
             } else {
-                conn::serve(stream, peer, conn, core, first4).await;
+                conn::serve(stream, peer, conn, core, first4, limiter).await;
             }
         });
     }
