@@ -13,6 +13,10 @@ use tokio_util::codec::{Decoder, Encoder};
 use crate::FRAME_BYTES_MAX;
 
 const LEN_BYTES: usize = 4;
+/// Most room reserved ahead for a body still arriving: the buffer grows
+/// with what the peer actually sends, so announcing a large frame and then
+/// trickling bytes pins no more memory than was sent.
+const RESERVE_BYTES_MAX: usize = 64 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
@@ -66,7 +70,7 @@ impl<In: prost::Message + Default, Out> Decoder for FrameCodec<In, Out> {
             });
         }
         if src.len() < LEN_BYTES + len {
-            src.reserve(LEN_BYTES + len - src.len());
+            src.reserve((LEN_BYTES + len - src.len()).min(RESERVE_BYTES_MAX));
             return Ok(None);
         }
         src.advance(LEN_BYTES);
@@ -126,6 +130,20 @@ mod tests {
         assert!(
             buf.capacity() < 1024,
             "must not reserve for a rejected frame"
+        );
+    }
+
+    #[test]
+    fn an_announced_frame_reserves_little_until_it_arrives() {
+        let mut codec = ServerSide::new();
+        let mut buf = BytesMut::new();
+        buf.put_u32((FRAME_BYTES_MAX - 1) as u32);
+        buf.put_u8(1);
+        assert!(codec.decode(&mut buf).unwrap().is_none());
+        assert!(
+            buf.capacity() <= 2 * RESERVE_BYTES_MAX,
+            "{}",
+            buf.capacity()
         );
     }
 

@@ -6,6 +6,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use warden_protocol::FRAME_BYTES_MAX;
+
+use crate::core::OUTBOUND_FRAMES_MAX;
+use crate::limits::{self, Limit, Limits};
 
 /// Flags of `warden serve`.
 #[derive(Debug, Clone, Args)]
@@ -72,6 +76,34 @@ pub struct ServeArgs {
     /// Whether clients must present a certificate from --tls-ca.
     #[arg(long, value_enum, default_value_t = crate::tls::ClientAuth::Optional, env = "WARDEN_TLS_CLIENT_AUTH")]
     pub tls_client_auth: crate::tls::ClientAuth,
+    /// Connections one client IP may hold open (native and ZooKeeper doors
+    /// together); the next one is refused with LimitExceeded and closed.
+    #[arg(long, default_value_t = limits::CONNECTIONS_PER_IP_MAX)]
+    pub max_connections_per_ip: usize,
+    /// Live sessions in the service; a connect asking for a new one beyond
+    /// it is refused with LimitExceeded (resuming one is always allowed).
+    #[arg(long, default_value_t = limits::SESSIONS_MAX)]
+    pub max_sessions: usize,
+    /// Unanswered requests per connection before the server stops reading
+    /// from it (back-pressure).
+    #[arg(long, default_value_t = limits::OUTSTANDING_REQUESTS_MAX)]
+    pub max_outstanding_requests: usize,
+    /// Watches one session may hold on this server; a watch beyond it is
+    /// refused with LimitExceeded.
+    #[arg(long, default_value_t = limits::WATCHES_PER_SESSION_MAX)]
+    pub max_watches_per_session: usize,
+    /// Bytes queued to a connection that does not read: past half of it its
+    /// reads wait, past all of it the connection is dropped.
+    #[arg(long, default_value_t = limits::QUEUED_BYTES_PER_CONNECTION_MAX)]
+    pub max_queued_bytes_per_connection: usize,
+    /// Largest request frame, on both client doors (ZooKeeper's
+    /// jute.maxbuffer).
+    #[arg(long, default_value_t = limits::REQUEST_BYTES_MAX)]
+    pub max_request_bytes: usize,
+    /// Most children one get_children may answer with; a bigger node is
+    /// refused with LimitExceeded.
+    #[arg(long, default_value_t = limits::CHILDREN_PER_REPLY_MAX)]
+    pub max_children_per_reply: usize,
 }
 
 /// A peer in the Raft group.
@@ -101,6 +133,7 @@ pub struct Config {
     pub snapshot_entries: u64,
     /// TLS for the doors and the peer links; `None`: plaintext everywhere.
     pub tls: Option<crate::tls::Tls>,
+    pub limits: Limits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -125,6 +158,13 @@ pub enum ConfigError {
     TlsFlags(&'static str),
     #[error("{0}")]
     Tls(#[from] crate::tls::TlsError),
+    #[error("{flag} must be between {min} and {max}, got {got}")]
+    Limit {
+        flag: &'static str,
+        min: usize,
+        max: usize,
+        got: usize,
+    },
 }
 
 impl ServeArgs {
@@ -152,6 +192,7 @@ impl ServeArgs {
         if self.snapshot_entries == 0 {
             return Err(ConfigError::SnapshotEntries);
         }
+        let limits = self.limits()?;
         let peers = parse_peers(&self.peers, self.id, &self.peer_listen)?;
         let zk_listen = match self.zk_listen.trim() {
             "off" | "" => None,
@@ -186,6 +227,66 @@ impl ServeArgs {
             max_session_timeout_ms: self.max_session_timeout_ms,
             snapshot_entries: self.snapshot_entries,
             tls,
+            limits,
+        })
+    }
+
+    fn limits(&self) -> Result<Limits, ConfigError> {
+        let check = |limit: Limit, got: usize, min: usize, max: usize| {
+            if (min..=max).contains(&got) {
+                Ok(got)
+            } else {
+                Err(ConfigError::Limit {
+                    flag: limit.flag(),
+                    min,
+                    max,
+                    got,
+                })
+            }
+        };
+        Ok(Limits {
+            connections_per_ip: check(
+                Limit::ConnectionsPerIp,
+                self.max_connections_per_ip,
+                1,
+                usize::MAX,
+            )?,
+            sessions: check(Limit::Sessions, self.max_sessions, 1, usize::MAX)?,
+            // The core keeps every unanswered request of a connection in
+            // its queue (this bounds it), and their answers must fit the
+            // outbound queue of a client that reads them late.
+            outstanding_requests: check(
+                Limit::OutstandingRequests,
+                self.max_outstanding_requests,
+                1,
+                OUTBOUND_FRAMES_MAX,
+            )?,
+            watches_per_session: check(
+                Limit::WatchesPerSession,
+                self.max_watches_per_session,
+                1,
+                usize::MAX,
+            )?,
+            queued_bytes_per_connection: check(
+                Limit::QueuedBytesPerConnection,
+                self.max_queued_bytes_per_connection,
+                1,
+                usize::MAX,
+            )?,
+            // A request becomes one log entry: raft, storage and clients
+            // are all built around the frame bound, so it may only shrink.
+            request_bytes: check(
+                Limit::RequestBytes,
+                self.max_request_bytes,
+                limits::REQUEST_BYTES_MIN,
+                FRAME_BYTES_MAX,
+            )?,
+            children_per_reply: check(
+                Limit::ChildrenPerReply,
+                self.max_children_per_reply,
+                1,
+                usize::MAX,
+            )?,
         })
     }
 }
@@ -287,6 +388,27 @@ mod tests {
             }]
         );
         assert_eq!(c.tick, Duration::from_millis(100));
+        assert_eq!(c.limits, Limits::default());
+    }
+
+    #[test]
+    fn limits_are_parsed_and_checked() {
+        let c = parse(&[
+            "--max-connections-per-ip",
+            "5000",
+            "--max-request-bytes",
+            "4096",
+        ])
+        .unwrap();
+        assert_eq!(c.limits.connections_per_ip, 5000);
+        assert_eq!(c.limits.request_bytes, 4096);
+        let err = parse(&["--max-watches-per-session", "0"]).unwrap_err();
+        assert!(
+            err.to_string().contains("--max-watches-per-session"),
+            "{err}"
+        );
+        assert!(parse(&["--max-request-bytes", "100000000"]).is_err());
+        assert!(parse(&["--max-outstanding-requests", "100000"]).is_err());
     }
 
     #[test]

@@ -11,12 +11,19 @@
 //! decode gets one error answer naming the problem, then the connection is
 //! closed (after such a frame the byte stream cannot be trusted). Other
 //! clients are unaffected.
+//!
+//! Limits (see [`crate::limits`]) enforced here: a connection beyond
+//! `--max-connections-per-ip` is refused at its handshake; a frame beyond
+//! `--max-request-bytes` is refused before its body is read; and with
+//! `--max-outstanding-requests` unanswered the task stops reading the
+//! socket until answers go out (back-pressure: TCP then slows the client).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, Instrument};
@@ -25,12 +32,21 @@ use warden_protocol::{FrameCodec, FrameError};
 
 use crate::core::{CoreMsg, Door, OUTBOUND_FRAMES_MAX};
 use crate::tls::Stream;
+use crate::limits::{Limit, Limiter};
+use crate::outbound::{self, OutboundTx};
 use crate::watch::ConnId;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
 /// How long a new connection may take to send its ConnectRequest.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the writer may take to flush what is queued once the
+/// connection is over; then it is cut off (a client that does not read
+/// must not pin the task and its queue).
+pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a refused connection is read (and the bytes dropped) after
+/// its refusal, so that closing does not reset it before it reads why.
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
 
 type ServerCodec = FrameCodec<pb::ClientFrame, pb::ServerFrame>;
 
@@ -42,9 +58,10 @@ pub async fn serve(
     conn: ConnId,
     core: mpsc::Sender<CoreMsg>,
     tls_subject: Option<String>,
+    limiter: Limiter,
 ) {
     let span = tracing::debug_span!("conn", conn, %peer);
-    run(stream, peer, conn, core, tls_subject)
+    run(stream, peer, conn, core, tls_subject, limiter)
         .instrument(span)
         .await
 }
@@ -55,19 +72,30 @@ async fn run(
     conn: ConnId,
     core: mpsc::Sender<CoreMsg>,
     tls_subject: Option<String>,
+    limiter: Limiter,
 ) {
     let _ = stream.set_nodelay(true);
+    let admitted = limiter.admit(peer.ip());
     let (rd, wr) = stream.into_split();
-    let mut reader = FramedRead::new(rd, ServerCodec::new());
+    let mut reader = FramedRead::new(rd, ServerCodec::with_limit(limiter.limits.request_bytes));
     let mut writer = FramedWrite::new(wr, ServerCodec::new());
-    let (out_tx, mut out_rx) = mpsc::channel::<pb::ServerFrame>(OUTBOUND_FRAMES_MAX);
+    let (out_tx, mut out_rx) = outbound::channel(OUTBOUND_FRAMES_MAX);
+    // One permit per request the client may have unanswered: taken before
+    // a frame is read, given back when its answer is written.
+    let outstanding = Arc::new(Semaphore::new(limiter.limits.outstanding_requests));
     let writer_done = CancellationToken::new();
-    let writer_task = {
+    let mut writer_task = {
         let done = writer_done.clone();
+        let outstanding = outstanding.clone();
         tokio::spawn(
             async move {
                 while let Some(frame) = out_rx.recv().await {
-                    if let Err(e) = writer.send(frame).await {
+                    let answer = matches!(frame.kind, Some(pb::server_frame::Kind::Response(_)));
+                    let sent = writer.send(frame).await;
+                    if answer {
+                        outstanding.add_permits(1);
+                    }
+                    if let Err(e) = sent {
                         debug!(error = %e, "write failed");
                         break;
                     }
@@ -77,6 +105,23 @@ async fn run(
             }
             .in_current_span(),
         )
+    };
+
+    let _permit = match admitted {
+        Ok(permit) => permit,
+        Err(message) => {
+            // Answered before the client even asks: it reads the refusal
+            // in place of its ConnectResponse.
+            refuse(&out_tx, ErrorCode::LimitExceeded, message).await;
+            drop(out_tx);
+            let _ = tokio::time::timeout(FLUSH_TIMEOUT, &mut writer_task).await;
+            let _ = tokio::time::timeout(REFUSAL_LINGER, async {
+                while let Some(Ok(_)) = reader.next().await {}
+            })
+            .await;
+            writer_task.abort();
+            return;
+        }
     };
 
     // Handshake.
@@ -97,7 +142,7 @@ async fn run(
         Ok(Some(Err(e))) => {
             refuse(
                 &out_tx,
-                ErrorCode::MarshallingError,
+                frame_error_code(&e, &limiter),
                 frame_error_message(&e),
             )
             .await;
@@ -116,7 +161,7 @@ async fn run(
     };
     let Some(connect) = connect else {
         drop(out_tx);
-        let _ = writer_task.await;
+        finish_writer(writer_task).await;
         return;
     };
     let closed_by_core = CancellationToken::new();
@@ -137,12 +182,36 @@ async fn run(
     }
 
     loop {
+        // Back-pressure: no permit, no read.
+        let permit = match outstanding.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                debug!(
+                    max = limiter.limits.outstanding_requests,
+                    "outstanding requests at the limit; reading paused"
+                );
+                limiter.record(
+                    Limit::OutstandingRequests,
+                    &format!(
+                        "connection {conn} from {peer} has {} requests unanswered; reading paused",
+                        limiter.limits.outstanding_requests
+                    ),
+                );
+                tokio::select! {
+                    _ = writer_done.cancelled() => break,
+                    _ = closed_by_core.cancelled() => break,
+                    p = outstanding.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+                }
+            }
+        };
         tokio::select! {
             _ = writer_done.cancelled() => break,
             _ = closed_by_core.cancelled() => break,
             frame = reader.next() => match frame {
                 None => break,
                 Some(Ok(pb::ClientFrame { kind: Some(Kind::Request(request)) })) => {
+                    // Given back by the writer with the answer.
+                    permit.forget();
                     if core.send(CoreMsg::Request { conn, request }).await.is_err() {
                         break;
                     }
@@ -156,7 +225,7 @@ async fn run(
                     break;
                 }
                 Some(Err(e)) => {
-                    send_error(&out_tx, ErrorCode::MarshallingError, frame_error_message(&e)).await;
+                    send_error(&out_tx, frame_error_code(&e, &limiter), frame_error_message(&e)).await;
                     break;
                 }
             }
@@ -164,7 +233,30 @@ async fn run(
     }
     let _ = core.send(CoreMsg::Closed { conn }).await;
     drop(out_tx);
-    let _ = writer_task.await;
+    finish_writer(writer_task).await;
+}
+
+/// Lets the writer flush what is queued, for at most [`FLUSH_TIMEOUT`].
+async fn finish_writer(mut writer_task: tokio::task::JoinHandle<()>) {
+    if tokio::time::timeout(FLUSH_TIMEOUT, &mut writer_task)
+        .await
+        .is_err()
+    {
+        debug!("client does not read; writer cut off");
+        writer_task.abort();
+    }
+}
+
+/// An oversized frame is a limit (`--max-request-bytes`); anything else
+/// that does not decode is malformed.
+fn frame_error_code(e: &FrameError, limiter: &Limiter) -> ErrorCode {
+    match e {
+        FrameError::TooLarge { .. } => {
+            limiter.record(Limit::RequestBytes, &e.to_string());
+            ErrorCode::LimitExceeded
+        }
+        _ => ErrorCode::MarshallingError,
+    }
 }
 
 /// Takes a new client connection: on a TLS port the handshake comes first
@@ -175,12 +267,13 @@ pub async fn accept(
     conn: ConnId,
     core: mpsc::Sender<CoreMsg>,
     tls: Option<TlsAcceptor>,
+    limiter: Limiter,
 ) {
     let Some(acceptor) = tls else {
-        return serve(Stream::from(tcp), peer, conn, core, None).await;
+        return serve(Stream::from(tcp), peer, conn, core, None, limiter).await;
     };
     match crate::tls::accept(&acceptor, tcp).await {
-        Ok(a) => serve(a.stream, peer, conn, core, a.subject).await,
+        Ok(a) => serve(a.stream, peer, conn, core, a.subject, limiter).await,
         Err(refused) => {
             crate::tls::log_refused("native", peer, &refused);
             if let crate::tls::Refused::Plaintext(tcp) = refused {
@@ -205,10 +298,16 @@ pub async fn accept(
 }
 
 fn frame_error_message(e: &FrameError) -> String {
-    format!("{e}; closing the connection")
+    match e {
+        FrameError::TooLarge { .. } => format!(
+            "{e} ({}); closing the connection",
+            Limit::RequestBytes.flag()
+        ),
+        _ => format!("{e}; closing the connection"),
+    }
 }
 
-async fn refuse(out: &mpsc::Sender<pb::ServerFrame>, code: ErrorCode, message: String) {
+async fn refuse(out: &OutboundTx, code: ErrorCode, message: String) {
     debug!(code = code.name(), %message, "handshake refused");
     let _ = out
         .send(pb::ServerFrame {
@@ -222,7 +321,7 @@ async fn refuse(out: &mpsc::Sender<pb::ServerFrame>, code: ErrorCode, message: S
 }
 
 /// An error that belongs to no request (the xid could not be read): xid 0.
-async fn send_error(out: &mpsc::Sender<pb::ServerFrame>, code: ErrorCode, message: String) {
+async fn send_error(out: &OutboundTx, code: ErrorCode, message: String) {
     debug!(code = code.name(), %message, "protocol error");
     let _ = out
         .send(pb::ServerFrame {

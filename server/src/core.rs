@@ -34,7 +34,9 @@ use tracing::{debug, error, info, warn};
 use warden_protocol::pb::{self, response::Result as Res, ErrorCode, SessionState};
 
 use crate::config::Config;
+use crate::limits::{self, Limit};
 use crate::ops::{self, Failure, Plan, ReadOp};
+use crate::outbound::{frame_bytes, OutboundTx, PushError};
 use crate::proto::{self, peer_frame, txn::Kind, CloseReason, PeerFrame, Proposal, Txn};
 use crate::raft::node::{NodeError, RaftTiming};
 use crate::raft::transport::Transport;
@@ -47,8 +49,6 @@ use crate::watch::{ConnId, WatchRegistry};
 pub const CORE_QUEUE_MAX: usize = 4096;
 /// Bound of each connection's outbound queue (frames).
 pub const OUTBOUND_FRAMES_MAX: usize = 8192;
-/// Most requests one connection may have in flight before it is throttled.
-pub const CONN_INFLIGHT_MAX: usize = 4096;
 /// Most messages handled before the Ready loop runs (one fsync per batch).
 const BATCH_MSGS_MAX: usize = 1024;
 /// Longest a batch of messages may keep the core from its tick and its
@@ -118,7 +118,7 @@ pub enum CoreMsg {
         conn: ConnId,
         peer: SocketAddr,
         door: Door,
-        out: mpsc::Sender<pb::ServerFrame>,
+        out: OutboundTx,
         /// Cancelled by the core when it is done with the connection.
         closed: CancellationToken,
         connect: pb::ConnectRequest,
@@ -186,7 +186,7 @@ enum ReadIndexWait {
 struct Conn {
     peer: SocketAddr,
     door: Door,
-    out: mpsc::Sender<pb::ServerFrame>,
+    out: OutboundTx,
     closed: CancellationToken,
     session: Option<u64>,
     queue: VecDeque<Slot>,
@@ -256,6 +256,9 @@ struct Machine {
     op_metrics: crate::opmetrics::OpMetrics,
     /// Bytes of entries applied since the last snapshot.
     applied_bytes: u64,
+    /// Connections whose reads wait for their outbound queue to drain
+    /// (flushed again every tick).
+    out_paused: HashSet<ConnId>,
 }
 
 pub struct Core {
@@ -328,13 +331,14 @@ impl Core {
         for (id, addr) in tree.members() {
             transport.add_peer(*id, addr);
         }
+        let watches = WatchRegistry::with_limit(cfg.limits.watches_per_session);
         Ok(Self {
             raft,
             m: Machine {
                 node_id: cfg.id,
                 cfg,
                 tree,
-                watches: WatchRegistry::default(),
+                watches,
                 sessions: SessionTracker::default(),
                 conns: HashMap::new(),
                 session_conn: HashMap::new(),
@@ -353,6 +357,7 @@ impl Core {
                 snapshot_wanted: false,
                 op_metrics,
                 applied_bytes: 0,
+                out_paused: HashSet::new(),
             },
             // Random start: ids stay unique across restarts, so an entry of
             // an earlier life replayed from the log never answers a new
@@ -478,6 +483,9 @@ impl Core {
     fn on_tick(&mut self) {
         self.raft.tick();
         self.ticks += 1;
+        for conn in std::mem::take(&mut self.m.out_paused) {
+            self.m.flush(conn);
+        }
         self.expire_waiters(Instant::now());
         if self.ticks.is_multiple_of(STATUS_TICKS) {
             self.broadcast_status();
@@ -746,7 +754,7 @@ impl Core {
         conn: ConnId,
         peer: SocketAddr,
         door: Door,
-        out: mpsc::Sender<pb::ServerFrame>,
+        out: OutboundTx,
         closed: CancellationToken,
         c: pb::ConnectRequest,
     ) {
@@ -781,6 +789,26 @@ impl Core {
             m.cfg.max_session_timeout_ms,
         );
         if c.session_id == 0 {
+            // Sessions this server is still creating count too. Creates in
+            // flight on other servers do not: the bound is exact per server
+            // and may be passed by what other servers create meanwhile.
+            let creating = m
+                .waiters
+                .values()
+                .filter(|w| matches!(w.waiter, Waiter::Connect { .. }))
+                .count();
+            let live = m.tree.session_count() + creating;
+            let max = m.cfg.limits.sessions;
+            if live >= max {
+                let msg = limits::message(
+                    Limit::Sessions,
+                    max,
+                    format!("{live} sessions are open, no new one is accepted"),
+                );
+                limits::record(&m.op_metrics, Limit::Sessions, &msg);
+                m.refuse_connect(conn, ErrorCode::LimitExceeded, msg);
+                return;
+            }
             let session_id = session::new_session_id(m.node_id);
             let request_id = self.new_request_id();
             let txn = Txn {
@@ -861,10 +889,13 @@ impl Core {
             self.m.flush(conn);
             return;
         };
-        if c.queue.len() >= CONN_INFLIGHT_MAX {
+        // A backstop: the connection task stops reading at this many
+        // unanswered requests, so the queue never gets here.
+        let inflight_max = self.m.cfg.limits.outstanding_requests;
+        if c.queue.len() >= inflight_max {
             let f = Failure::new(
                 ErrorCode::Throttled,
-                format!("more than {CONN_INFLIGHT_MAX} requests in flight on one connection"),
+                format!("more than {inflight_max} requests in flight on one connection"),
             );
             let zxid = self.m.tree.applied_index();
             self.m
@@ -1189,16 +1220,45 @@ impl Machine {
     /// Sends a frame now, outside the queue (handshake answers, events).
     /// A full queue means the client does not read: disconnect it.
     fn push(&mut self, conn: ConnId, frame: pb::ServerFrame) {
+        self.push_sized(conn, frame, false);
+    }
+
+    /// [`Self::push`]; `admitted`: queue it even past the byte bound (the
+    /// answer to a read, which waited for room before it was served).
+    fn push_sized(&mut self, conn: ConnId, frame: pb::ServerFrame, admitted: bool) {
         let Some(c) = self.conns.get(&conn) else {
             return;
         };
-        match c.out.try_send(frame) {
+        let len = frame_bytes(&frame);
+        let queued = c.out.queued_bytes();
+        let max = self.cfg.limits.queued_bytes_per_connection;
+        // One frame alone is always let through, however big.
+        if !admitted && queued > 0 && queued + len > max {
+            let msg = limits::message(
+                Limit::QueuedBytesPerConnection,
+                max,
+                format!(
+                    "connection {conn} from {} does not read: {queued} bytes queued, \
+                     {len} more to send; dropping the connection (its session lives on)",
+                    c.peer
+                ),
+            );
+            limits::record(&self.op_metrics, Limit::QueuedBytesPerConnection, &msg);
+            self.drop_conn(conn, "slow reader: queued bytes over the limit");
+            return;
+        }
+        match c.out.try_send_sized(frame, len) {
             Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                warn!(conn, peer = %c.peer, "client is not reading; disconnecting it");
+            Err(PushError::Full) => {
+                let msg = format!(
+                    "connection {conn} from {} does not read: {OUTBOUND_FRAMES_MAX} frames \
+                     queued; dropping the connection (its session lives on)",
+                    c.peer
+                );
+                limits::record(&self.op_metrics, Limit::QueuedBytesPerConnection, &msg);
                 self.drop_conn(conn, "outbound queue full");
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
+            Err(PushError::Closed) => {
                 self.drop_conn(conn, "connection closed");
             }
         }
@@ -1227,6 +1287,7 @@ impl Machine {
         // The connection task stops reading and its writer drains what we
         // queued, then closes the socket.
         c.closed.cancel();
+        self.out_paused.remove(&conn);
         self.watches.remove_conn(conn);
         if let Some(s) = c.session {
             if self.session_conn.get(&s) == Some(&conn) {
@@ -1247,11 +1308,24 @@ impl Machine {
             let ready = match c.queue.front() {
                 None => return,
                 Some(Slot::Done(_)) | Some(Slot::Ping { .. }) => true,
-                Some(Slot::Read { read_index, .. }) => match read_index {
-                    ReadIndexWait::None => true,
-                    ReadIndexWait::At(i) => applied >= *i,
-                    ReadIndexWait::Pending(_) => false,
-                },
+                Some(Slot::Read { read_index, .. }) => {
+                    let due = match read_index {
+                        ReadIndexWait::None => true,
+                        ReadIndexWait::At(i) => applied >= *i,
+                        ReadIndexWait::Pending(_) => false,
+                    };
+                    // A client that does not read its answers: its reads
+                    // wait here (a small request each) instead of piling
+                    // up their replies; retried every tick.
+                    let soft = self.cfg.limits.queued_bytes_per_connection / 2;
+                    let queued = c.out.queued_bytes();
+                    if due && queued > 0 && queued >= soft {
+                        debug!(conn, queued, "reads paused: client is slow to read");
+                        self.out_paused.insert(conn);
+                        return;
+                    }
+                    due
+                }
                 Some(Slot::Write { .. }) => false,
             };
             if !ready {
@@ -1266,12 +1340,27 @@ impl Machine {
                 Slot::Done(frame) => self.push(conn, frame),
                 Slot::Ping { xid } => self.push(conn, response_frame(xid, applied, Ok(None))),
                 Slot::Read { xid, op, .. } => {
-                    let (result, events) =
-                        ops::read(&self.tree, &mut self.watches, conn, session_id, &op);
-                    for e in events {
-                        self.push(conn, event_frame(e));
+                    let (result, events) = ops::read(
+                        &self.tree,
+                        &mut self.watches,
+                        conn,
+                        session_id,
+                        &op,
+                        &self.cfg.limits,
+                    );
+                    if let Err(f) = &result {
+                        if f.code == ErrorCode::LimitExceeded {
+                            if let Some(limit) = Limit::named_in(&f.message) {
+                                limits::record(&self.op_metrics, limit, &f.message);
+                            }
+                        }
                     }
-                    self.push(conn, response_frame(xid, applied, result));
+                    // Admitted whatever their size: the read waited above
+                    // until the queue was below half its bound.
+                    for e in events {
+                        self.push_sized(conn, event_frame(e), true);
+                    }
+                    self.push_sized(conn, response_frame(xid, applied, result), true);
                 }
                 Slot::Write { .. } => unreachable!("not ready"),
             }

@@ -17,9 +17,16 @@ struct OpLabel {
     op: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabel {
+    limit: String,
+}
+
 #[derive(Clone, Debug)]
 pub struct OpMetrics {
     requests: Family<OpLabel, Counter>,
+    /// Clients refused or dropped by a limit (see `crate::limits`).
+    limit_hits: Family<LimitLabel, Counter>,
     latency: Family<OpLabel, Histogram, fn() -> Histogram>,
     /// Observed by the Ready loop: each fsync's duration, and how many
     /// entries each appending Ready wrote (the group-commit batch size).
@@ -36,6 +43,7 @@ impl Default for OpMetrics {
     fn default() -> Self {
         Self {
             requests: Family::default(),
+            limit_hits: Family::default(),
             latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             fsync_seconds: latency_histogram(),
             // 1 .. 32768 entries.
@@ -62,6 +70,11 @@ impl OpMetrics {
             self.latency.clone(),
         );
         registry.register(
+            "limit_hits",
+            "Clients refused, paused or dropped by a resource limit, by limit",
+            self.limit_hits.clone(),
+        );
+        registry.register(
             "fsync_duration_seconds",
             "Duration of each fsync of the Raft log (one per Ready that wrote)",
             self.fsync_seconds.clone(),
@@ -80,6 +93,17 @@ impl OpMetrics {
         self.latency
             .get_or_create(&label)
             .observe(took.as_secs_f64());
+    }
+}
+
+impl OpMetrics {
+    /// One hit of the limit named `limit`.
+    pub fn limit_hit(&self, limit: &'static str) {
+        self.limit_hits
+            .get_or_create(&LimitLabel {
+                limit: limit.to_string(),
+            })
+            .inc();
     }
 }
 

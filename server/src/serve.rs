@@ -157,6 +157,8 @@ pub async fn serve(
 
     // Connection ids, shared by both doors so they never collide.
     let next_conn = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1));
+    // Connections per client IP are counted across both doors.
+    let limiter = crate::limits::Limiter::new(cfg.limits, op_metrics.clone());
     if let (false, Some(l)) = (stopping, zk_listener) {
         tokio::spawn(crate::zk::listen(
             l,
@@ -164,6 +166,7 @@ pub async fn serve(
             stop_peers.clone(),
             next_conn.clone(),
             cfg.tls.as_ref().map(|t| t.clients.clone()),
+            limiter.clone(),
         ));
     }
     if !stopping {
@@ -191,7 +194,7 @@ pub async fn serve(
                     Ok((stream, peer)) => {
                         let conn = next_conn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let tls = cfg.tls.as_ref().map(|t| t.clients.clone());
-                        tokio::spawn(conn::accept(stream, peer, conn, core_tx.clone(), tls));
+                        tokio::spawn(conn::accept(stream, peer, conn, core_tx.clone(), tls, limiter.clone()));
                     }
                     Err(e) => warn!(error = %e, "accept failed"),
                 }

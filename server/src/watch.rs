@@ -23,6 +23,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use warden_protocol::path;
 use warden_protocol::pb::{EventType, WatcherType};
 
+use crate::limits::{self, Limit};
+
 /// A client connection on this server.
 pub type ConnId = u64;
 
@@ -47,9 +49,59 @@ pub struct WatchRegistry {
     by_path: HashMap<WatchKind, HashMap<String, HashSet<ConnId>>>,
     /// Reverse index for cleanup when a connection closes.
     by_conn: HashMap<ConnId, HashSet<(WatchKind, String)>>,
+    /// Most watches one connection (so one session: a session has one
+    /// connection at a time) may hold; None: no bound.
+    per_conn_max: Option<usize>,
 }
 
 impl WatchRegistry {
+    /// A registry where a connection holds at most `per_conn_max` watches
+    /// (`--max-watches-per-session`).
+    pub fn with_limit(per_conn_max: usize) -> Self {
+        Self {
+            per_conn_max: Some(per_conn_max),
+            ..Self::default()
+        }
+    }
+
+    /// How many more watches `conn` may add.
+    pub fn room(&self, conn: ConnId) -> usize {
+        match self.per_conn_max {
+            Some(max) => max.saturating_sub(self.count(conn)),
+            None => usize::MAX,
+        }
+    }
+
+    /// How many watches `conn` holds.
+    pub fn len_of(&self, conn: ConnId) -> usize {
+        self.count(conn)
+    }
+
+    fn count(&self, conn: ConnId) -> usize {
+        self.by_conn.get(&conn).map_or(0, HashSet::len)
+    }
+
+    /// Whether `conn` already has exactly this watch.
+    pub fn contains(&self, conn: ConnId, kind: WatchKind, path: &str) -> bool {
+        self.watchers(kind, path).is_some_and(|c| c.contains(&conn))
+    }
+
+    /// Adds a watch unless `conn` is at its limit (a watch it already has
+    /// is not a new one). Err: the message for the client.
+    pub fn try_add(&mut self, conn: ConnId, kind: WatchKind, path: &str) -> Result<(), String> {
+        if self.room(conn) == 0 && !self.contains(conn, kind, path) {
+            let held = self.count(conn);
+            return Err(limits::message(
+                Limit::WatchesPerSession,
+                self.per_conn_max.unwrap_or(usize::MAX),
+                format!("{path}: the session already holds {held} watches on this server"),
+            ));
+        }
+        self.add(conn, kind, path);
+        Ok(())
+    }
+
+    /// Adds a watch, whatever the limit (callers check [`Self::room`]).
     pub fn add(&mut self, conn: ConnId, kind: WatchKind, path: &str) {
         self.by_path
             .entry(kind)
@@ -232,6 +284,27 @@ mod tests {
         assert!(r.remove(2, WatcherType::PersistentRecursive, "/a"));
         assert!(!r.remove(2, WatcherType::PersistentRecursive, "/a"));
         assert_eq!(fired(&mut r, EventType::NodeDataChanged, "/a"), vec![1]);
+    }
+
+    #[test]
+    fn watches_per_connection_are_bounded() {
+        let mut r = WatchRegistry::with_limit(2);
+        r.try_add(1, WatchKind::Data, "/a").unwrap();
+        r.try_add(1, WatchKind::Child, "/a").unwrap();
+        // The same watch again is not a new one.
+        r.try_add(1, WatchKind::Data, "/a").unwrap();
+        let err = r.try_add(1, WatchKind::Data, "/b").unwrap_err();
+        assert!(
+            err.contains("/b") && err.contains("--max-watches-per-session"),
+            "{err}"
+        );
+        // Another connection has its own allowance.
+        r.try_add(2, WatchKind::Data, "/b").unwrap();
+        // A fired one-shot watch frees its place.
+        fired(&mut r, EventType::NodeDataChanged, "/a");
+        assert_eq!(r.room(1), 1);
+        r.try_add(1, WatchKind::Data, "/b").unwrap();
+        assert_eq!(r.len(), 3);
     }
 
     #[test]

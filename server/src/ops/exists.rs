@@ -1,6 +1,6 @@
 //! exists: the node's stat or none; its watch also waits for a creation.
 
-use warden_protocol::pb::{self, response::Result as Res};
+use warden_protocol::pb::{self, response::Result as Res, ErrorCode};
 
 use super::Failure;
 use crate::tree::DataTree;
@@ -14,7 +14,9 @@ pub(super) fn read(
 ) -> Result<Option<Res>, Failure> {
     let stat = tree.stat(&r.path);
     if r.watch {
-        watches.add(conn, WatchKind::Data, &r.path);
+        watches
+            .try_add(conn, WatchKind::Data, &r.path)
+            .map_err(|m| Failure::new(ErrorCode::LimitExceeded, m))?;
     }
     Ok(Some(Res::Stat(pb::StatResponse { stat })))
 }

@@ -18,7 +18,9 @@ pub(super) fn read(
         return Err(Failure::new(ErrorCode::NoNode, r.path.clone()));
     };
     if r.watch {
-        watches.add(conn, WatchKind::Data, &r.path);
+        watches
+            .try_add(conn, WatchKind::Data, &r.path)
+            .map_err(|m| Failure::new(ErrorCode::LimitExceeded, m))?;
     }
     Ok(Some(Res::GetData(pb::GetDataResponse {
         data: data.to_vec(),

@@ -22,6 +22,7 @@ mod watches;
 use warden_protocol::pb::{self, request::Op, response::Result as Res, ErrorCode};
 use warden_protocol::{path, DATA_BYTES_MAX};
 
+use crate::limits::Limits;
 use crate::proto::Txn;
 use crate::tree::{DataTree, TreeError, TxnResult};
 use crate::watch::{ConnId, WatchRegistry};
@@ -172,15 +173,16 @@ pub fn read(
     conn: ConnId,
     session_id: u64,
     op: &ReadOp,
+    limits: &Limits,
 ) -> (Result<Option<Res>, Failure>, Vec<pb::WatchEvent>) {
     match op {
         ReadOp::GetEphemerals(r) => (reads::ephemerals(tree, session_id, r), vec![]),
         ReadOp::CountDescendants(r) => (reads::count(tree, r), vec![]),
         ReadOp::CheckWatches(r) => (watches::check(watches, conn, r), vec![]),
-        ReadOp::MultiRead(r) => (reads::multi(tree, watches, conn, r), vec![]),
+        ReadOp::MultiRead(r) => (reads::multi(tree, watches, conn, r, limits), vec![]),
         ReadOp::GetData(r) => (get_data::read(tree, watches, conn, r), vec![]),
         ReadOp::Exists(r) => (exists::read(tree, watches, conn, r), vec![]),
-        ReadOp::GetChildren(r) => (get_children::read(tree, watches, conn, r), vec![]),
+        ReadOp::GetChildren(r) => (get_children::read(tree, watches, conn, r, limits), vec![]),
         ReadOp::GetAcl(r) => (acl::read_get(tree, r), vec![]),
         ReadOp::Sync(r) => (
             Ok(Some(Res::Sync(pb::SyncResponse {
@@ -190,10 +192,10 @@ pub fn read(
         ),
         ReadOp::AddWatch(r) => (watches::add(watches, conn, r), vec![]),
         ReadOp::RemoveWatches(r) => (watches::remove(watches, conn, r), vec![]),
-        ReadOp::SetWatches(r) => {
-            let events = watches::set(tree, watches, conn, r);
-            (Ok(None), events)
-        }
+        ReadOp::SetWatches(r) => match watches::set(tree, watches, conn, r) {
+            Ok(events) => (Ok(None), events),
+            Err(f) => (Err(f), vec![]),
+        },
     }
 }
 

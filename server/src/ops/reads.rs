@@ -5,6 +5,7 @@
 use warden_protocol::pb::{self, multi_read_op::Op as ROp, response::Result as Res, ErrorCode};
 
 use super::{check_path, get_children, get_data, Failure};
+use crate::limits::Limits;
 use crate::tree::DataTree;
 use crate::watch::{ConnId, WatchRegistry};
 
@@ -71,6 +72,7 @@ pub(super) fn multi(
     watches: &mut WatchRegistry,
     conn: ConnId,
     r: &pb::MultiReadRequest,
+    limits: &Limits,
 ) -> Result<Option<Res>, Failure> {
     let results = r
         .ops
@@ -78,7 +80,7 @@ pub(super) fn multi(
         .map(|op| {
             let answer = match &op.op {
                 Some(ROp::GetData(g)) => get_data::read(tree, watches, conn, g),
-                Some(ROp::GetChildren(g)) => get_children::read(tree, watches, conn, g),
+                Some(ROp::GetChildren(g)) => get_children::read(tree, watches, conn, g, limits),
                 None => Err(Failure::new(ErrorCode::BadArguments, "empty op")),
             };
             match answer {

@@ -6,7 +6,10 @@ use warden_protocol::pb::{
     self, response::Result as Res, AddWatchMode, ErrorCode, EventType, WatcherType,
 };
 
+use std::collections::HashSet;
+
 use super::Failure;
+use crate::limits::{self, Limit};
 use crate::tree::DataTree;
 use crate::watch::{ConnId, WatchKind, WatchRegistry};
 
@@ -28,7 +31,9 @@ pub(super) fn add(
             ))
         }
     };
-    watches.add(conn, kind, &r.path);
+    watches
+        .try_add(conn, kind, &r.path)
+        .map_err(|m| Failure::new(ErrorCode::LimitExceeded, m))?;
     Ok(None)
 }
 
@@ -91,12 +96,15 @@ pub(super) fn check_set(r: &pb::SetWatchesRequest) -> Result<(), Failure> {
 
 /// Re-registers a reconnecting client's watches; returns the events for
 /// changes after `relative_zxid` that the client missed (ZooKeeper's rules).
+/// All or nothing: if the watches to re-arm would take the session past
+/// `--max-watches-per-session`, none is and no event is sent.
 pub(super) fn set(
     tree: &DataTree,
     watches: &mut WatchRegistry,
     conn: ConnId,
     r: &pb::SetWatchesRequest,
-) -> Vec<pb::WatchEvent> {
+) -> Result<Vec<pb::WatchEvent>, Failure> {
+    let mut adds: Vec<(WatchKind, &str)> = Vec::new();
     let zxid = tree.applied_index();
     let rel = r.relative_zxid;
     let mut events = Vec::new();
@@ -111,27 +119,51 @@ pub(super) fn set(
         match tree.stat(p) {
             None => push(EventType::NodeDeleted, p),
             Some(s) if s.mzxid > rel => push(EventType::NodeDataChanged, p),
-            Some(_) => watches.add(conn, WatchKind::Data, p),
+            Some(_) => adds.push((WatchKind::Data, p)),
         }
     }
     for p in &r.exist_watches {
         match tree.stat(p) {
             Some(_) => push(EventType::NodeCreated, p),
-            None => watches.add(conn, WatchKind::Data, p),
+            None => adds.push((WatchKind::Data, p)),
         }
     }
     for p in &r.child_watches {
         match tree.stat(p) {
             None => push(EventType::NodeDeleted, p),
             Some(s) if s.pzxid > rel => push(EventType::NodeChildrenChanged, p),
-            Some(_) => watches.add(conn, WatchKind::Child, p),
+            Some(_) => adds.push((WatchKind::Child, p)),
         }
     }
     for p in &r.persistent_watches {
-        watches.add(conn, WatchKind::Persistent, p);
+        adds.push((WatchKind::Persistent, p));
     }
     for p in &r.persistent_recursive_watches {
-        watches.add(conn, WatchKind::PersistentRecursive, p);
+        adds.push((WatchKind::PersistentRecursive, p));
     }
-    events
+    let mut new: HashSet<(WatchKind, &str)> = HashSet::new();
+    for &(kind, p) in &adds {
+        if !watches.contains(conn, kind, p) {
+            new.insert((kind, p));
+        }
+    }
+    let room = watches.room(conn);
+    if new.len() > room {
+        let held = watches.len_of(conn);
+        return Err(Failure::new(
+            ErrorCode::LimitExceeded,
+            limits::message(
+                Limit::WatchesPerSession,
+                held.saturating_add(room),
+                format!(
+                    "set_watches would re-arm {} watches on top of the {held} the session holds on this server; none was set",
+                    new.len()
+                ),
+            ),
+        ));
+    }
+    for (kind, p) in adds {
+        watches.add(conn, kind, p);
+    }
+    Ok(events)
 }

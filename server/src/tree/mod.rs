@@ -182,6 +182,11 @@ impl DataTree {
         self.sessions.get(&id)
     }
 
+    /// How many sessions are live.
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
     /// Live sessions, by increasing id.
     pub fn sessions(&self) -> impl Iterator<Item = (u64, &SessionInfo)> {
         self.sessions.iter().map(|(id, info)| (*id, info))

@@ -6,6 +6,11 @@
 //! opcode of every request in flight (answers come back in request order).
 //! Requests the door cannot express are answered here with ZooKeeper's
 //! error (Unimplemented) in their turn, never forwarded.
+//!
+//! Limits as on the native door, in ZooKeeper's manner: a frame beyond
+//! `--max-request-bytes` (ZooKeeper's jute.maxbuffer) closes the connection
+//! before its body is read, as ZooKeeper does; with
+//! `--max-outstanding-requests` unanswered the door stops reading.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -21,10 +26,14 @@ use tracing::{debug, Instrument};
 use warden_protocol::pb::{self, server_frame::Kind as Push, ErrorCode};
 use warden_protocol::FRAME_BYTES_MAX;
 
+use super::frames::BoundedFrames;
 use super::jute::{Reader, Writer};
 use super::proto::{self, opcode, Reply};
+use crate::conn::FLUSH_TIMEOUT;
 use crate::core::{CoreMsg, Door, OUTBOUND_FRAMES_MAX};
 use crate::tls::Stream;
+use crate::limits::{Limit, Limiter};
+use crate::outbound;
 use crate::watch::ConnId;
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -53,9 +62,10 @@ pub async fn serve(
     core: mpsc::Sender<CoreMsg>,
     first4: [u8; 4],
     tls_subject: Option<String>,
+    limiter: Limiter,
 ) {
     let span = tracing::debug_span!("zk_conn", conn, %peer);
-    run(stream, peer, conn, core, first4, tls_subject)
+    run(stream, peer, conn, core, first4, tls_subject, limiter)
         .instrument(span)
         .await
 }
@@ -67,10 +77,11 @@ async fn run(
     core: mpsc::Sender<CoreMsg>,
     first4: [u8; 4],
     tls_subject: Option<String>,
+    limiter: Limiter,
 ) {
     let _ = stream.set_nodelay(true);
     let (rd, wr) = stream.into_split();
-    let mut reader = FramedRead::new(rd, codec());
+    let mut reader = FramedRead::new(rd, BoundedFrames::new(limiter.limits.request_bytes));
     // The listener already read the length of the first frame (to tell a
     // four-letter word from a handshake): put it back.
     reader.read_buffer_mut().extend_from_slice(&first4);
@@ -85,10 +96,14 @@ async fn run(
                 return;
             }
         },
+        Ok(Some(Err(e))) => {
+            frame_refused(&e, &limiter, peer);
+            return;
+        }
         _ => return,
     };
 
-    let (out_tx, mut out_rx) = mpsc::channel::<pb::ServerFrame>(OUTBOUND_FRAMES_MAX);
+    let (out_tx, mut out_rx) = outbound::channel(OUTBOUND_FRAMES_MAX);
     let closed = CancellationToken::new();
     if core
         .send(CoreMsg::Open {
@@ -109,28 +124,65 @@ async fn run(
     let mut pending: VecDeque<Pending> = VecDeque::new();
     // Answers the door produced itself wait here for their turn.
     let mut connected = false;
+    // Back-pressure: with this many requests unanswered, stop reading.
+    let outstanding_max = limiter.limits.outstanding_requests;
+    let mut paused = false;
+    // Once the core lets go, a write has FLUSH_TIMEOUT left: a client that
+    // does not read must not pin this task.
+    let cut_off = async {
+        closed.cancelled().await;
+        tokio::time::sleep(FLUSH_TIMEOUT).await;
+    };
+    tokio::pin!(cut_off);
     loop {
+        if pending.len() >= outstanding_max && !paused {
+            limiter.record(
+                Limit::OutstandingRequests,
+                &format!("ZooKeeper connection {conn} from {peer} has {outstanding_max} requests unanswered; reading paused"),
+            );
+        }
+        paused = pending.len() >= outstanding_max;
         tokio::select! {
+            _ = &mut cut_off => {
+                debug!("client does not read; connection cut off");
+                break;
+            }
             _ = closed.cancelled() => {
                 // Drain what the core queued before it let go.
-                while let Ok(frame) = out_rx.try_recv() {
-                    if !write_frame(&mut writer, frame, &mut pending, &mut connected).await {
-                        break;
+                let drain = async {
+                    while let Some(frame) = out_rx.try_recv() {
+                        if !write_frame(&mut writer, frame, &mut pending, &mut connected).await {
+                            break;
+                        }
                     }
+                };
+                if tokio::time::timeout(FLUSH_TIMEOUT, drain).await.is_err() {
+                    debug!("client does not read; connection cut off");
                 }
                 break;
             }
             frame = out_rx.recv() => {
                 let Some(frame) = frame else { break };
-                if !write_frame(&mut writer, frame, &mut pending, &mut connected).await {
+                let written = tokio::select! {
+                    ok = write_frame(&mut writer, frame, &mut pending, &mut connected) => ok,
+                    _ = &mut cut_off => false,
+                };
+                if !written {
                     break;
                 }
                 if !flush_local(&mut writer, &mut pending).await {
                     break;
                 }
             }
-            body = reader.next() => {
-                let Some(Ok(body)) = body else { break };
+            body = reader.next(), if !paused => {
+                let body = match body {
+                    Some(Ok(body)) => body,
+                    Some(Err(e)) => {
+                        frame_refused(&e, &limiter, peer);
+                        break;
+                    }
+                    None => break,
+                };
                 match on_request(&body, conn, &core, &mut pending).await {
                     Ok(()) => {}
                     Err(()) => break,
@@ -143,7 +195,21 @@ async fn run(
         }
     }
     let _ = core.send(CoreMsg::Closed { conn }).await;
-    let _ = SinkExt::<bytes::Bytes>::close(&mut writer).await;
+    let _ = tokio::time::timeout(FLUSH_TIMEOUT, SinkExt::<bytes::Bytes>::close(&mut writer)).await;
+}
+
+/// A frame the decoder refused: oversized (ZooKeeper closes the connection
+/// without an answer, and so do we; the log and the metric say why), or
+/// a read error.
+fn frame_refused(e: &std::io::Error, limiter: &Limiter, peer: SocketAddr) {
+    if e.kind() == std::io::ErrorKind::InvalidData {
+        limiter.record(
+            Limit::RequestBytes,
+            &format!("ZooKeeper client {peer}: {e}; connection closed"),
+        );
+    } else {
+        debug!(error = %e, "read failed");
+    }
 }
 
 /// Decodes one request frame and hands it to the core (or queues a local

@@ -12,6 +12,7 @@
 
 pub mod conn;
 pub mod fourletter;
+pub mod frames;
 pub mod jute;
 pub mod proto;
 
@@ -24,6 +25,7 @@ use tracing::{debug, warn};
 
 use crate::core::CoreMsg;
 use crate::tls::Stream;
+use crate::limits::Limiter;
 use crate::watch::ConnId;
 
 /// Accepts ZooKeeper clients until `stop`. Connection ids come from
@@ -36,6 +38,7 @@ pub async fn listen(
     stop: CancellationToken,
     next_conn: std::sync::Arc<std::sync::atomic::AtomicU64>,
     tls: Option<TlsAcceptor>,
+    limiter: Limiter,
 ) {
     loop {
         let accepted = tokio::select! {
@@ -52,7 +55,14 @@ pub async fn listen(
         let conn: ConnId = next_conn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let core = core.clone();
         let tls = tls.clone();
+        let limiter = limiter.clone();
         tokio::spawn(async move {
+            // Counted with the native door's connections. Over the limit,
+            // the connection is closed at once, as ZooKeeper does (its
+            // protocol has no way to say why; the log and metric do).
+            let Ok(_permit) = limiter.admit(peer.ip()) else {
+                return;
+            };
             let (mut stream, tls_subject) = match tls {
                 None => (Stream::from(tcp), None),
                 Some(acceptor) => match crate::tls::accept(&acceptor, tcp).await {
@@ -74,7 +84,7 @@ pub async fn listen(
             if let Some(word) = fourletter::Word::parse(&first4) {
                 fourletter::answer(stream, word, core).await;
             } else {
-                conn::serve(stream, peer, conn, core, first4, tls_subject).await;
+                conn::serve(stream, peer, conn, core, first4, tls_subject, limiter).await;
             }
         });
     }

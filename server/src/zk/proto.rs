@@ -72,6 +72,9 @@ pub fn zk_code(code: ErrorCode) -> i32 {
         ErrorCode::SessionMoved => -118,
         ErrorCode::NoWatcher => -121,
         ErrorCode::Throttled => -127,
+        // ZooKeeper's QuotaExceeded: "a configured limit was exceeded",
+        // which kazoo and the Java client both know.
+        ErrorCode::LimitExceeded => -125,
     }
 }
 

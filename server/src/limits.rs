@@ -1,0 +1,298 @@
+//! Resource limits: what one client may take from the server, each a named
+//! default with a flag (`warden serve --max-...`).
+//!
+//! A limit protects the other clients, so hitting one refuses *that* client
+//! only, with `LimitExceeded` and a message naming the limit and its flag
+//! (on the ZooKeeper door: QuotaExceeded, or a closed connection where
+//! ZooKeeper closes one). Every hit is counted for operators
+//! (`warden_limit_hits_total{limit=...}` on `/metrics`) and logged at `warn`,
+//! at most once a second per limit so that a flood cannot flood the log.
+//!
+//! Where each is enforced:
+//! - connections per client IP: when a connection starts, in both client
+//!   doors ([`Limiter::admit`], counted across the two doors);
+//! - sessions: the core, when a connect asks for a new session;
+//! - outstanding requests: the connection task stops reading the socket
+//!   (back-pressure, no error);
+//! - watches per session: the watch registry, when a read, AddWatch or
+//!   SetWatches would add one;
+//! - bytes queued to a slow reader: the core's push to the connection's
+//!   outbound queue ([`crate::outbound`]);
+//! - request size: the frame decoders, before allocating for the body;
+//! - children per reply: get_children.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tracing::{debug, warn};
+use warden_protocol::FRAME_BYTES_MAX;
+
+use crate::opmetrics::OpMetrics;
+
+/// Connections one client IP may hold open, both client doors together.
+/// ZooKeeper's `maxClientCnxns` default.
+pub const CONNECTIONS_PER_IP_MAX: usize = 60;
+/// Live sessions in the whole service. Each costs every replica memory
+/// (and its ephemerals), and sessions nobody closes live until they time
+/// out: this stops a reconnect loop from growing the table without end.
+pub const SESSIONS_MAX: usize = 100_000;
+/// Requests one connection may have unanswered before the server stops
+/// reading from it. ZooKeeper's `globalOutstandingLimit` default.
+pub const OUTSTANDING_REQUESTS_MAX: usize = 1000;
+/// Watches one session may hold on this server. High enough for a cache of
+/// a large tree (Curator's TreeCache holds two per node); each watch costs
+/// ~200 bytes, so one session stays within ~20 MiB.
+pub const WATCHES_PER_SESSION_MAX: usize = 100_000;
+/// Bytes of answers and events queued to a connection that does not read
+/// them. Past half of it the connection's reads wait (they are served when
+/// it drains); past all of it the connection is dropped.
+pub const QUEUED_BYTES_PER_CONNECTION_MAX: usize = 16 * 1024 * 1024;
+/// Largest request frame (ZooKeeper's `jute.maxbuffer`): the frame bound
+/// both sides have always used.
+pub const REQUEST_BYTES_MAX: usize = FRAME_BYTES_MAX;
+/// Most children one get_children answers with. ZooKeeper has no such
+/// limit; ours keeps one reply (built in memory, then encoded) well inside
+/// the frame bound for names of up to ~150 bytes.
+pub const CHILDREN_PER_REPLY_MAX: usize = 100_000;
+/// Smallest --max-request-bytes: room for a ConnectRequest and a short
+/// path.
+pub const REQUEST_BYTES_MIN: usize = 1024;
+
+/// The limits in force (validated flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub connections_per_ip: usize,
+    pub sessions: usize,
+    pub outstanding_requests: usize,
+    pub watches_per_session: usize,
+    pub queued_bytes_per_connection: usize,
+    pub request_bytes: usize,
+    pub children_per_reply: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            connections_per_ip: CONNECTIONS_PER_IP_MAX,
+            sessions: SESSIONS_MAX,
+            outstanding_requests: OUTSTANDING_REQUESTS_MAX,
+            watches_per_session: WATCHES_PER_SESSION_MAX,
+            queued_bytes_per_connection: QUEUED_BYTES_PER_CONNECTION_MAX,
+            request_bytes: REQUEST_BYTES_MAX,
+            children_per_reply: CHILDREN_PER_REPLY_MAX,
+        }
+    }
+}
+
+/// Which limit was hit (the metric label and the flag that tunes it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    ConnectionsPerIp,
+    Sessions,
+    OutstandingRequests,
+    WatchesPerSession,
+    QueuedBytesPerConnection,
+    RequestBytes,
+    ChildrenPerReply,
+}
+
+const LIMITS: usize = 7;
+const ALL: [Limit; LIMITS] = [
+    Limit::ConnectionsPerIp,
+    Limit::Sessions,
+    Limit::OutstandingRequests,
+    Limit::WatchesPerSession,
+    Limit::QueuedBytesPerConnection,
+    Limit::RequestBytes,
+    Limit::ChildrenPerReply,
+];
+
+impl Limit {
+    pub fn name(self) -> &'static str {
+        match self {
+            Limit::ConnectionsPerIp => "connections_per_ip",
+            Limit::Sessions => "sessions",
+            Limit::OutstandingRequests => "outstanding_requests",
+            Limit::WatchesPerSession => "watches_per_session",
+            Limit::QueuedBytesPerConnection => "queued_bytes_per_connection",
+            Limit::RequestBytes => "request_bytes",
+            Limit::ChildrenPerReply => "children_per_reply",
+        }
+    }
+
+    pub fn flag(self) -> &'static str {
+        match self {
+            Limit::ConnectionsPerIp => "--max-connections-per-ip",
+            Limit::Sessions => "--max-sessions",
+            Limit::OutstandingRequests => "--max-outstanding-requests",
+            Limit::WatchesPerSession => "--max-watches-per-session",
+            Limit::QueuedBytesPerConnection => "--max-queued-bytes-per-connection",
+            Limit::RequestBytes => "--max-request-bytes",
+            Limit::ChildrenPerReply => "--max-children-per-reply",
+        }
+    }
+
+    /// The limit whose flag `message` names (every refusal names one).
+    pub fn named_in(message: &str) -> Option<Limit> {
+        ALL.into_iter().find(|l| message.contains(l.flag()))
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Last time (ms since the epoch) a hit of each limit was logged at `warn`.
+static LAST_WARN_MS: [AtomicU64; LIMITS] = [const { AtomicU64::new(0) }; LIMITS];
+/// At most one `warn` line per limit in this interval; the rest at `debug`
+/// (the metric counts them all).
+const WARN_INTERVAL_MS: u64 = 1000;
+
+/// Counts a hit of `limit` and logs it for operators. `what` says who hit it
+/// and how (it is the client's message too).
+pub fn record(metrics: &OpMetrics, limit: Limit, what: &str) {
+    metrics.limit_hit(limit.name());
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let last = &LAST_WARN_MS[limit.index()];
+    let prev = last.load(Ordering::Relaxed);
+    if now.saturating_sub(prev) >= WARN_INTERVAL_MS
+        && last
+            .compare_exchange(prev, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        warn!(
+            limit = limit.name(),
+            flag = limit.flag(),
+            "limit hit: {what}"
+        );
+    } else {
+        debug!(limit = limit.name(), "limit hit: {what}");
+    }
+}
+
+/// What the connection tasks of both client doors share: the limits, the
+/// open connections per client IP, and the metric.
+#[derive(Debug, Clone)]
+pub struct Limiter {
+    pub limits: Limits,
+    per_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    metrics: OpMetrics,
+}
+
+/// One admitted connection; dropping it frees its place.
+#[derive(Debug)]
+pub struct IpPermit {
+    ip: IpAddr,
+    per_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl Drop for IpPermit {
+    fn drop(&mut self) {
+        let mut map = self.per_ip.lock().expect("per-IP table lock");
+        if let Some(n) = map.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.ip);
+            }
+        }
+    }
+}
+
+impl Limiter {
+    pub fn new(limits: Limits, metrics: OpMetrics) -> Self {
+        Self {
+            limits,
+            per_ip: Arc::default(),
+            metrics,
+        }
+    }
+
+    /// Admits one more connection from `ip`, or says why not (the message
+    /// for the client; the hit is already recorded).
+    pub fn admit(&self, ip: IpAddr) -> Result<IpPermit, String> {
+        let max = self.limits.connections_per_ip;
+        {
+            let mut map = self.per_ip.lock().expect("per-IP table lock");
+            let n = map.entry(ip).or_insert(0);
+            if *n < max {
+                *n += 1;
+                return Ok(IpPermit {
+                    ip,
+                    per_ip: self.per_ip.clone(),
+                });
+            }
+        }
+        let msg = format!(
+            "{ip} already has {max} connections open; the limit is {max} ({})",
+            Limit::ConnectionsPerIp.flag()
+        );
+        self.record(Limit::ConnectionsPerIp, &msg);
+        Err(msg)
+    }
+
+    pub fn record(&self, limit: Limit, what: &str) {
+        record(&self.metrics, limit, what);
+    }
+
+    /// Open connections from `ip` (for tests and status).
+    pub fn connections_from(&self, ip: IpAddr) -> usize {
+        self.per_ip
+            .lock()
+            .expect("per-IP table lock")
+            .get(&ip)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// The message for a refused request: what, the limit, and its flag.
+pub fn message(limit: Limit, max: usize, what: impl std::fmt::Display) -> String {
+    format!("{what}; the limit is {max} ({})", limit.flag())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_ip_permits_are_counted_and_freed() {
+        let limiter = Limiter::new(
+            Limits {
+                connections_per_ip: 2,
+                ..Limits::default()
+            },
+            OpMetrics::new(),
+        );
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let p1 = limiter.admit(a).unwrap();
+        let _p2 = limiter.admit(a).unwrap();
+        let err = limiter.admit(a).unwrap_err();
+        assert!(err.contains("--max-connections-per-ip"), "{err}");
+        assert!(err.contains("10.0.0.1"), "{err}");
+        // Another address is not affected.
+        let _p3 = limiter.admit(b).unwrap();
+        drop(p1);
+        assert_eq!(limiter.connections_from(a), 1);
+        let _p4 = limiter.admit(a).unwrap();
+        assert_eq!(limiter.connections_from(a), 2);
+    }
+
+    #[test]
+    fn every_limit_names_its_flag() {
+        for l in ALL {
+            assert!(l.index() < LIMITS);
+            assert_eq!(Limit::named_in(&message(l, 1, "x")), Some(l));
+            assert_eq!(
+                l.flag().trim_start_matches("--max-").replace('-', "_"),
+                l.name()
+            );
+        }
+    }
+}
