@@ -776,15 +776,6 @@ fn announce(plan: &Plan, ready: &BTreeMap<u64, String>, pids: &BTreeMap<u64, Opt
             key.display()
         ),
     };
-    if let Err(e) = writeln!(stdout, "{SERVERS_LINE_PREFIX}{servers}")
-        .and_then(|()| writeln!(stdout, "{ZK_SERVERS_LINE_PREFIX}{zk_servers}"))
-        .and_then(|()| tls_lines(&mut stdout))
-        .and_then(|()| stdout.flush())
-    {
-        // Stdout may be a closed pipe; the cluster is still worth running.
-        eprintln!("{ME}: warning: cannot write to stdout: {e}");
-    }
-    drop(stdout);
 
     let mut guide = format!("{ME}: {} nodes ready\n", plan.nodes.len());
     for node in &plan.nodes {
@@ -825,7 +816,18 @@ fn announce(plan: &Plan, ready: &BTreeMap<u64, String>, pids: &BTreeMap<u64, Opt
         plan.dir.join(format!("node-{last}.pid")).display(),
         plan.dir.display()
     );
+    // The guide goes out before the lines scripts wait for, so whoever
+    // has read those lines finds the guide already written.
     eprintln!("{guide}");
+    if let Err(e) = writeln!(stdout, "{SERVERS_LINE_PREFIX}{servers}")
+        .and_then(|()| writeln!(stdout, "{ZK_SERVERS_LINE_PREFIX}{zk_servers}"))
+        .and_then(|()| tls_lines(&mut stdout))
+        .and_then(|()| stdout.flush())
+    {
+        // Stdout may be a closed pipe; the cluster is still worth running.
+        eprintln!("{ME}: warning: cannot write to stdout: {e}");
+    }
+    drop(stdout);
 }
 
 /// Ctrl-C and SIGTERM, as one stream of "stop" requests.
