@@ -58,6 +58,19 @@ pub struct ServeArgs {
     /// Take a snapshot and compact the log every this many applied entries.
     #[arg(long, default_value_t = 10_000)]
     pub snapshot_entries: u64,
+    /// The super user, who passes every ACL check: `user:BASE64HASH`, as
+    /// ZooKeeper's superDigest (`warden digest user:password` prints it).
+    #[arg(long, value_name = "USER:BASE64HASH", env = "WARDEN_SUPER_DIGEST")]
+    pub super_digest: Option<String>,
+    /// Users whose passwords digest auth checks: a file of `user:BASE64HASH`
+    /// lines (`#` comments). Without it any well-formed user:password is
+    /// accepted as that digest identity (ZooKeeper's behaviour).
+    #[arg(long, value_name = "FILE", env = "WARDEN_AUTH_USERS")]
+    pub auth_users: Option<PathBuf>,
+    /// A bearer token of the HTTP lock API and the digest identity it
+    /// stands for (repeatable).
+    #[arg(long = "http-token", value_name = "TOKEN=USER:PASSWORD")]
+    pub http_tokens: Vec<String>,
 }
 
 /// A peer in the Raft group.
@@ -85,6 +98,10 @@ pub struct Config {
     pub min_session_timeout_ms: u32,
     pub max_session_timeout_ms: u32,
     pub snapshot_entries: u64,
+    /// Super user and user list for digest auth.
+    pub auth: crate::auth::AuthConfig,
+    /// HTTP bearer token -> `user:password`.
+    pub http_tokens: Vec<(String, String)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +122,8 @@ pub enum ConfigError {
     ZkListen(String),
     #[error("--peers: {0}")]
     Peers(String),
+    #[error("{0}")]
+    Auth(String),
 }
 
 impl ServeArgs {
@@ -140,6 +159,10 @@ impl ServeArgs {
                     .map_err(|_| ConfigError::ZkListen(a.to_string()))?,
             ),
         };
+        let auth =
+            crate::auth::AuthConfig::new(self.super_digest.as_deref(), self.auth_users.as_deref())
+                .map_err(ConfigError::Auth)?;
+        let http_tokens = parse_http_tokens(&self.http_tokens)?;
         Ok(Config {
             id: self.id,
             data_dir: self.data_dir,
@@ -155,8 +178,30 @@ impl ServeArgs {
             min_session_timeout_ms: self.min_session_timeout_ms,
             max_session_timeout_ms: self.max_session_timeout_ms,
             snapshot_entries: self.snapshot_entries,
+            auth,
+            http_tokens,
         })
     }
+}
+
+/// `TOKEN=user:password`, each token once.
+fn parse_http_tokens(specs: &[String]) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for spec in specs {
+        let bad = |why: &str| ConfigError::Auth(format!("--http-token: {why}"));
+        let (token, credentials) = spec
+            .split_once('=')
+            .ok_or_else(|| bad("expected TOKEN=USER:PASSWORD"))?;
+        if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(bad("the token must be non-empty, without spaces"));
+        }
+        warden_protocol::auth::split_credentials(credentials).map_err(|e| bad(&e.0))?;
+        if out.iter().any(|(t, _)| t == token) {
+            return Err(bad("a token is given twice"));
+        }
+        out.push((token.to_string(), credentials.to_string()));
+    }
+    Ok(out)
 }
 
 fn parse_peers(spec: &str, id: u64, peer_listen: &SocketAddr) -> Result<Vec<Peer>, ConfigError> {
@@ -242,6 +287,14 @@ mod tests {
         assert_eq!(parse(&["--zk-listen", "off"]).unwrap().zk_listen, None);
         assert!(parse(&["--zk-listen", "nope"]).is_err());
         assert!(parse(&["--election-ticks", "3", "--heartbeat-ticks", "3"]).is_err());
+        assert!(parse(&["--super-digest", "nocolon"]).is_err());
+        assert!(parse(&["--super-digest", "admin:aGFzaA=="]).is_ok());
+        assert!(parse(&["--auth-users", "/nonexistent/users"]).is_err());
+        let c = parse(&["--http-token", "t1=bob:pw", "--http-token", "t2=al:x:y"]).unwrap();
+        assert_eq!(c.http_tokens[1], ("t2".to_string(), "al:x:y".to_string()));
+        assert!(parse(&["--http-token", "t1"]).is_err());
+        assert!(parse(&["--http-token", "t1=bob"]).is_err());
+        assert!(parse(&["--http-token", "t=a:b", "--http-token", "t=c:d"]).is_err());
         assert!(parse(&[
             "--min-session-timeout-ms",
             "5",

@@ -110,6 +110,7 @@ async fn run(stream: TcpStream, peer: SocketAddr, conn: ConnId, core: mpsc::Send
             out: out_tx.clone(),
             closed: closed_by_core.clone(),
             connect,
+            tls_subject: None,
         })
         .await
         .is_err()

@@ -21,6 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prost::Message as _;
@@ -35,7 +36,9 @@ use warden_protocol::pb::{self, response::Result as Res, ErrorCode, SessionState
 
 use crate::config::Config;
 use crate::ops::{self, Failure, Plan, ReadOp};
-use crate::proto::{self, peer_frame, txn::Kind, CloseReason, PeerFrame, Proposal, Txn};
+use crate::proto::{
+    self, peer_frame, txn::Kind, AuthId, AuthInfo, CloseReason, PeerFrame, Proposal, Txn,
+};
 use crate::raft::node::{NodeError, RaftTiming};
 use crate::raft::transport::Transport;
 use crate::raft::{DiskStorage, RaftNode, ReadyHandler, Undelivered};
@@ -122,6 +125,9 @@ pub enum CoreMsg {
         /// Cancelled by the core when it is done with the connection.
         closed: CancellationToken,
         connect: pb::ConnectRequest,
+        /// The subject of the client certificate TLS verified (RFC 4514,
+        /// e.g. `CN=alice,O=acme`): the connection's x509 identity.
+        tls_subject: Option<String>,
     },
     /// A request on an open connection.
     Request { conn: ConnId, request: pb::Request },
@@ -166,6 +172,9 @@ enum Slot {
         op: ReadOp,
         /// Waiting for a ReadIndex answer (`ctx`), or the index it gave.
         read_index: ReadIndexWait,
+        /// The connection's identities when the read arrived: a later
+        /// auth does not reach back to requests sent before it.
+        ids: Arc<Vec<AuthId>>,
     },
     /// A write waiting for its entry to apply.
     Write { xid: u64, request_id: u64 },
@@ -186,6 +195,9 @@ struct Conn {
     out: mpsc::Sender<pb::ServerFrame>,
     closed: CancellationToken,
     session: Option<u64>,
+    /// Who the connection is (ip, x509, and what auth requests added);
+    /// checked against ACLs by every request.
+    ids: Arc<Vec<AuthId>>,
     queue: VecDeque<Slot>,
     /// Per slot of `queue` (same order): the operation and when it reached
     /// the core, for the request metrics.
@@ -719,7 +731,11 @@ impl Core {
                 out,
                 closed,
                 connect,
-            } => self.open_conn(conn, peer, door, out, closed, connect),
+                tls_subject,
+            } => {
+                let ids = crate::auth::connection_ids(peer, tls_subject.as_deref());
+                self.open_conn(conn, peer, door, out, closed, connect, ids)
+            }
             CoreMsg::Stats { reply } => {
                 let _ = reply.send(self.stats());
             }
@@ -739,6 +755,7 @@ impl Core {
         out: mpsc::Sender<pb::ServerFrame>,
         closed: CancellationToken,
         c: pb::ConnectRequest,
+        ids: Vec<AuthId>,
     ) {
         let m = &mut self.m;
         m.conns.insert(
@@ -749,6 +766,7 @@ impl Core {
                 out,
                 closed,
                 session: None,
+                ids: Arc::new(ids),
                 queue: VecDeque::new(),
                 timing: VecDeque::new(),
             },
@@ -840,6 +858,7 @@ impl Core {
         };
         let xid = request.xid;
         let door = c.door;
+        let ids = c.ids.clone();
         let Some(session_id) = c.session else {
             // Requests before the session is established are out of order.
             let f = Failure::new(
@@ -872,7 +891,13 @@ impl Core {
             return;
         };
         let op_name = crate::opmetrics::op_name(&op);
-        let slot = match ops::plan(op, session_id) {
+        if let pb::request::Op::Auth(a) = op {
+            let slot = self.auth(conn, xid, a);
+            self.m.enqueue(conn, slot, op_name);
+            self.m.flush(conn);
+            return;
+        }
+        let slot = match ops::plan(op, session_id, &ids) {
             Plan::Reject(f) => Slot::Done(error_frame(xid, self.m.tree.applied_index(), f)),
             Plan::Ping => Slot::Ping { xid },
             Plan::ClusterStatus => {
@@ -883,6 +908,22 @@ impl Core {
                     zxid,
                     Ok(Some(Res::ClusterStatus(status))),
                 ))
+            }
+            Plan::AddMember(_) | Plan::RemoveMember(_)
+                if !crate::tree::acl::allowed(
+                    self.m.tree.node_acl("/").unwrap_or(&[]),
+                    &ids,
+                    warden_protocol::perms::ADMIN,
+                ) =>
+            {
+                // Membership is the cluster's, guarded by ADMIN on the
+                // root. Checked on this server's tree: a conf change is
+                // not a Txn the tree applies.
+                let f = Failure::new(
+                    ErrorCode::NoAuth,
+                    crate::tree::acl::no_auth_message("/", warden_protocol::perms::ADMIN, &ids),
+                );
+                Slot::Done(error_frame(xid, self.m.tree.applied_index(), f))
             }
             Plan::AddMember(r) => {
                 let change_type = if r.learner {
@@ -918,11 +959,16 @@ impl Core {
                     xid,
                     op,
                     read_index,
+                    ids,
                 }
             }
             Plan::Write(mut txn) => {
                 // Tagged so that a retry of this xid is applied at most once.
                 txn.session_id = session_id;
+                // Checked against the ACLs where the txn applies.
+                txn.auth = Some(AuthInfo {
+                    ids: ids.as_ref().clone(),
+                });
                 if door == Door::Native {
                     txn.xid = xid;
                 }
@@ -941,6 +987,39 @@ impl Core {
         };
         self.m.enqueue(conn, slot, op_name);
         self.m.flush(conn);
+    }
+
+    /// An auth request: adds identities to the connection, answered in
+    /// its turn. A refusal (AuthFailed) changes nothing; what to do about
+    /// it is the door's choice (the ZooKeeper door closes the connection,
+    /// as ZooKeeper does).
+    fn auth(&mut self, conn: ConnId, xid: u64, a: pb::AuthRequest) -> Slot {
+        let zxid = self.m.tree.applied_index();
+        let Some(c) = self.m.conns.get_mut(&conn) else {
+            return Slot::Done(response_frame(xid, zxid, Ok(None)));
+        };
+        let added = self
+            .m
+            .cfg
+            .auth
+            .authenticate(&a.scheme, &a.auth)
+            .and_then(|new| {
+                let mut ids = c.ids.as_ref().clone();
+                crate::auth::add_ids(&mut ids, new)?;
+                Ok(ids)
+            });
+        match added {
+            Ok(ids) => {
+                debug!(conn, peer = %c.peer, ids = %crate::tree::acl::describe(&ids), "auth added");
+                c.ids = Arc::new(ids);
+                Slot::Done(response_frame(xid, zxid, Ok(None)))
+            }
+            Err(why) => {
+                info!(conn, peer = %c.peer, scheme = %a.scheme.escape_debug(), %why, "auth refused");
+                let f = Failure::new(ErrorCode::AuthFailed, why);
+                Slot::Done(error_frame(xid, zxid, f))
+            }
+        }
     }
 
     fn conf_change_slot(
@@ -1255,9 +1334,9 @@ impl Machine {
             match slot {
                 Slot::Done(frame) => self.push(conn, frame),
                 Slot::Ping { xid } => self.push(conn, response_frame(xid, applied, Ok(None))),
-                Slot::Read { xid, op, .. } => {
+                Slot::Read { xid, op, ids, .. } => {
                     let (result, events) =
-                        ops::read(&self.tree, &mut self.watches, conn, session_id, &op);
+                        ops::read(&self.tree, &mut self.watches, conn, session_id, &ids, &op);
                     for e in events {
                         self.push(conn, event_frame(e));
                     }

@@ -28,6 +28,12 @@ enum Command {
     /// per node), print its connect string as `WARDEN_SERVERS=...`, and
     /// stop every node on Ctrl-C.
     LocalCluster(LocalClusterArgs),
+    /// Print the digest of USER:PASSWORD as `USER:BASE64HASH`, the form
+    /// --super-digest, --auth-users files and digest ACLs take.
+    Digest {
+        /// USER:PASSWORD (the password may contain colons).
+        credentials: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -41,6 +47,16 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     match cli.command {
+        Command::Digest { credentials } => match warden_protocol::auth::digest_id(&credentials) {
+            Ok(id) => {
+                println!("{id}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        },
         Command::Serve(args) => {
             let cfg = match args.validate() {
                 Ok(cfg) => cfg,
