@@ -71,6 +71,11 @@ pub struct ServeArgs {
     /// stands for (repeatable).
     #[arg(long = "http-token", value_name = "TOKEN=USER:PASSWORD")]
     pub http_tokens: Vec<String>,
+    /// The ACL of the nodes the HTTP lock API creates, in zkCli's text
+    /// form (`digest:svc:HASH:cdrwa,world:anyone:r`); default
+    /// world:anyone:cdrwa.
+    #[arg(long, value_name = "ACL")]
+    pub http_lock_acl: Option<String>,
 }
 
 /// A peer in the Raft group.
@@ -102,6 +107,8 @@ pub struct Config {
     pub auth: crate::auth::AuthConfig,
     /// HTTP bearer token -> `user:password`.
     pub http_tokens: Vec<(String, String)>,
+    /// ACL of the HTTP lock API's nodes; empty: world:anyone.
+    pub http_lock_acl: Vec<warden_protocol::pb::Acl>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -163,6 +170,11 @@ impl ServeArgs {
             crate::auth::AuthConfig::new(self.super_digest.as_deref(), self.auth_users.as_deref())
                 .map_err(ConfigError::Auth)?;
         let http_tokens = parse_http_tokens(&self.http_tokens)?;
+        let http_lock_acl = match &self.http_lock_acl {
+            None => Vec::new(),
+            Some(text) => warden_protocol::auth::parse_acl(text)
+                .map_err(|e| ConfigError::Auth(format!("--http-lock-acl: {e}")))?,
+        };
         Ok(Config {
             id: self.id,
             data_dir: self.data_dir,
@@ -180,6 +192,7 @@ impl ServeArgs {
             snapshot_entries: self.snapshot_entries,
             auth,
             http_tokens,
+            http_lock_acl,
         })
     }
 }
@@ -295,6 +308,14 @@ mod tests {
         assert!(parse(&["--http-token", "t1"]).is_err());
         assert!(parse(&["--http-token", "t1=bob"]).is_err());
         assert!(parse(&["--http-token", "t=a:b", "--http-token", "t=c:d"]).is_err());
+        assert_eq!(
+            parse(&["--http-lock-acl", "digest:svc:aA==:cdrwa,world:anyone:r"])
+                .unwrap()
+                .http_lock_acl
+                .len(),
+            2
+        );
+        assert!(parse(&["--http-lock-acl", "bogus"]).is_err());
         assert!(parse(&[
             "--min-session-timeout-ms",
             "5",

@@ -733,8 +733,12 @@ impl Core {
                 connect,
                 tls_subject,
             } => {
-                let ids = crate::auth::connection_ids(peer, tls_subject.as_deref());
-                self.open_conn(conn, peer, door, out, closed, connect, ids)
+                self.open_conn(conn, peer, door, out, closed, connect);
+                // Before any request of the connection can arrive (this
+                // task handles them, in order).
+                if let Some(c) = self.m.conns.get_mut(&conn) {
+                    c.ids = Arc::new(crate::auth::connection_ids(peer, tls_subject.as_deref()));
+                }
             }
             CoreMsg::Stats { reply } => {
                 let _ = reply.send(self.stats());
@@ -755,7 +759,6 @@ impl Core {
         out: mpsc::Sender<pb::ServerFrame>,
         closed: CancellationToken,
         c: pb::ConnectRequest,
-        ids: Vec<AuthId>,
     ) {
         let m = &mut self.m;
         m.conns.insert(
@@ -766,7 +769,7 @@ impl Core {
                 out,
                 closed,
                 session: None,
-                ids: Arc::new(ids),
+                ids: Arc::new(Vec::new()),
                 queue: VecDeque::new(),
                 timing: VecDeque::new(),
             },

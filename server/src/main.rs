@@ -19,6 +19,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once at start-up: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run a server. With no flags: a single-node service on 127.0.0.1:7000,

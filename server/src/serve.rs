@@ -171,6 +171,10 @@ pub async fn serve(
             client,
             stop_peers.clone(),
             op_metrics,
+            crate::http::GatewayAuth {
+                tokens: cfg.http_tokens.clone(),
+                lock_acl: cfg.http_lock_acl.clone(),
+            },
         ));
         loop {
             tokio::select! {

@@ -27,7 +27,17 @@ use tracing::warn;
 
 use crate::core::CoreMsg;
 
-pub use locks::{TTL_MS_MAX, WAIT_TIMEOUT_MS_MAX};
+pub use locks::{GATEWAY_SESSIONS_MAX, TTL_MS_MAX, WAIT_TIMEOUT_MS_MAX};
+
+/// Who HTTP lock callers are: bearer tokens standing for digest
+/// identities, and the ACL of the nodes the lock API creates.
+#[derive(Debug, Clone, Default)]
+pub struct GatewayAuth {
+    /// Token -> `user:password` (`--http-token`).
+    pub tokens: Vec<(String, String)>,
+    /// `--http-lock-acl`; empty: world:anyone.
+    pub lock_acl: Vec<warden_protocol::pb::Acl>,
+}
 
 /// What every handler shares.
 pub(crate) struct Http {
@@ -44,10 +54,11 @@ pub async fn serve(
     client: SocketAddr,
     stop: CancellationToken,
     op_metrics: crate::opmetrics::OpMetrics,
+    auth: GatewayAuth,
 ) {
     let state = Arc::new(Http {
         core,
-        locks: locks::Gateway::new(client),
+        locks: locks::Gateway::new(client, auth.tokens, auth.lock_acl),
         metrics: metrics::Metrics::new(&op_metrics),
     });
     let app = router(state);

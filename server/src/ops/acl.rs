@@ -233,7 +233,7 @@ mod tests {
             acl("", "", perms::READ),
             acl("world", "anyone", 1 << 7),
         ] {
-            let f = prepare(&[bad.clone()], "/a", &[]).unwrap_err();
+            let f = prepare(std::slice::from_ref(&bad), "/a", &[]).unwrap_err();
             assert_eq!(f.code, ErrorCode::InvalidAcl, "{bad:?}");
             assert!(f.message.starts_with("/a: ACL entry"), "{}", f.message);
         }

@@ -127,11 +127,15 @@ mod tests {
             entry("digest", "bob:HASH=", perms::WRITE),
             entry("x509", "CN=alice,O=acme", perms::DELETE),
         ];
-        assert!(allowed(&acl, &[local.clone()], perms::READ));
-        assert!(!allowed(&acl, &[local.clone()], perms::WRITE));
+        assert!(allowed(&acl, std::slice::from_ref(&local), perms::READ));
+        assert!(!allowed(&acl, std::slice::from_ref(&local), perms::WRITE));
         assert!(allowed(&acl, &[local.clone(), bob.clone()], perms::WRITE));
-        assert!(!allowed(&acl, &[bob.clone()], perms::DELETE));
-        assert!(allowed(&acl, &[alice_cert.clone()], perms::DELETE));
+        assert!(!allowed(&acl, std::slice::from_ref(&bob), perms::DELETE));
+        assert!(allowed(
+            &acl,
+            std::slice::from_ref(&alice_cert),
+            perms::DELETE
+        ));
         // Another subject, or the same subject in another scheme, is not it.
         assert!(!allowed(&acl, &[id("x509", "CN=alice")], perms::DELETE));
         assert!(!allowed(
@@ -139,7 +143,7 @@ mod tests {
             &[id("digest", "CN=alice,O=acme")],
             perms::DELETE
         ));
-        assert!(!allowed(&acl, &[bob.clone()], perms::ADMIN));
+        assert!(!allowed(&acl, std::slice::from_ref(&bob), perms::ADMIN));
         assert!(allowed(&acl, &[id(SUPER_SCHEME, "")], perms::ADMIN));
         // get_acl asks for READ or ADMIN: either will do.
         assert!(allowed(&acl, &[local], perms::READ | perms::ADMIN));
