@@ -1,6 +1,8 @@
 //! `wardenctl --auth`, `getacl`, `setacl`, `create --acl` and `digest`
 //! against a real server with a super user and a user list.
 
+// Shared helpers; this file starts its servers itself, with flags.
+#[allow(dead_code)]
 mod common;
 
 use std::process::{Command, Output, Stdio};
