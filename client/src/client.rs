@@ -364,6 +364,26 @@ impl Client {
         }
     }
 
+    /// Adds an identity to this session's connection, as ZooKeeper's
+    /// `addAuth`: scheme `digest` with `user:password` makes the client
+    /// `digest:user:BASE64HASH`, which ACLs can grant permissions to. A
+    /// refusal is [`ErrorCode::AuthFailed`] (unknown scheme, malformed
+    /// credentials, or a wrong password where the server checks them);
+    /// it changes nothing and the session goes on.
+    ///
+    /// Accepted auths are remembered and sent again, before anything else,
+    /// on every reconnect.
+    pub async fn add_auth(&self, scheme: &str, auth: &[u8]) -> Result<()> {
+        let op = pb::request::Op::Auth(pb::AuthRequest {
+            scheme: scheme.to_string(),
+            auth: auth.to_vec(),
+        });
+        // The error line names what was refused: `AuthFailed: digest auth`.
+        self.call(&format!("{scheme} auth"), op, None)
+            .await
+            .map(drop)
+    }
+
     /// Sets a persistent watch on `path`: every creation, deletion, data
     /// change and child-list change of that node. With `recursive`, every
     /// creation, deletion and data change of the node and all its

@@ -72,6 +72,9 @@ const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(50);
 const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// A floor on the heartbeat period, whatever timeout was negotiated.
 const PING_INTERVAL_MIN: Duration = Duration::from_millis(10);
+/// Most distinct auths a client remembers (and replays on reconnect); the
+/// server bounds a connection's identities likewise.
+pub(crate) const AUTHS_MAX: usize = 16;
 
 type Transport = Framed<Stream, FrameCodec<pb::ServerFrame, pb::ClientFrame>>;
 
@@ -355,6 +358,8 @@ enum PendingWatch {
 struct Pending {
     reply: Reply,
     watch: Option<PendingWatch>,
+    /// An auth request: remembered once the server accepts it.
+    auth: Option<pb::AuthRequest>,
 }
 
 /// A close in progress: who waits for it, and how long we wait for the
@@ -397,6 +402,9 @@ pub(crate) struct Connection {
     commands_open: bool,
     state: watch::Sender<SessionState>,
     closing: Option<Closing>,
+    /// Auths the server accepted, in order: identities belong to a
+    /// connection, so each new connection gets them again, first.
+    auths: Vec<pb::AuthRequest>,
 }
 
 impl Connection {
@@ -444,6 +452,7 @@ impl Connection {
             commands_open: true,
             state: state_tx,
             closing: None,
+            auths: Vec::new(),
         };
         let span = info_span!(
             "warden_client",
@@ -610,6 +619,11 @@ impl Connection {
             return Ok(());
         };
         let code = decode_code(response.error);
+        if let (Some(auth), ErrorCode::Ok) = (pending.auth, code) {
+            if !self.auths.contains(&auth) {
+                self.auths.push(auth);
+            }
+        }
         match pending.watch {
             Some(PendingWatch::Oneshot { kind, path, tx }) => {
                 let node_exists = matches!(
@@ -702,6 +716,16 @@ impl Connection {
                 if self.closing.is_some() {
                     let _ = reply.send(Err(Error::Closed));
                     return Ok(());
+                }
+                if let pb::request::Op::Auth(a) = &op {
+                    if !self.auths.contains(a) && self.auths.len() >= AUTHS_MAX {
+                        let _ = reply.send(Err(Error::api(
+                            ErrorCode::AuthFailed,
+                            "",
+                            format!("this client already holds {AUTHS_MAX} auths"),
+                        )));
+                        return Ok(());
+                    }
                 }
                 let watch = match registration {
                     None => None,
@@ -807,7 +831,14 @@ impl Connection {
             ));
             return Ok(());
         }
-        self.pending.insert(xid, Pending { reply, watch });
+        let auth = match frame.kind {
+            Some(pb::client_frame::Kind::Request(pb::Request {
+                op: Some(pb::request::Op::Auth(ref a)),
+                ..
+            })) => Some(a.clone()),
+            _ => None,
+        };
+        self.pending.insert(xid, Pending { reply, watch, auth });
         self.last_sent = Instant::now();
         match transport.feed(frame).await {
             Ok(()) => Ok(()),
@@ -894,6 +925,19 @@ impl Connection {
         self.last_heard = now;
         self.last_sent = now;
         info!(peer = %self.peer, server_zxid = response.zxid, "session resumed");
+        // Identities first: the server answers in order, so everything
+        // after (watches, the caller's requests) runs as who we are.
+        for auth in self.auths.clone() {
+            let op = pb::request::Op::Auth(auth);
+            if self
+                .send(&mut transport, op, Reply::Internal("auth"), None)
+                .await
+                .is_err()
+            {
+                self.fail_pending(&Error::ConnectionLoss);
+                return None;
+            }
+        }
         // Relative to what we saw *before* the break, not to the server's
         // zxid now: changes made while we were away must fire at once.
         for request in self.registry.set_watches(self.last_zxid_seen) {

@@ -21,6 +21,7 @@ use warden_client::{
 };
 use warden_protocol::path;
 
+mod acl;
 mod bench;
 mod elect;
 mod lock;
@@ -70,6 +71,17 @@ struct Cli {
     #[arg(long, global = true, value_name = "FILE", env = "WARDEN_TLS_KEY")]
     tls_key: Option<std::path::PathBuf>,
 
+    /// Authenticate as this digest identity (ZooKeeper's addauth digest)
+    /// before running the command.
+    #[arg(
+        long,
+        global = true,
+        env = "WARDEN_AUTH",
+        value_name = "USER:PASSWORD",
+        hide_env_values = true
+    )]
+    auth: Option<String>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -95,10 +107,29 @@ enum Command {
         /// Deleted once unmodified for this many milliseconds and childless.
         #[arg(long, value_name = "MS")]
         ttl: Option<u64>,
+        /// The node's ACL, `scheme:id:perms[,...]` (perms from cdrwa, e.g.
+        /// `digest:bob:HASH:cdrwa,world:anyone:r`, or `auth::cdrwa` for
+        /// the --auth identity); default world:anyone:cdrwa.
+        #[arg(long, value_name = "ACL")]
+        acl: Option<String>,
         path: String,
         /// The node's data (UTF-8); empty if omitted.
         data: Option<String>,
     },
+    /// Print a node's ACL, one `scheme:id:perms` per line.
+    Getacl { path: String },
+    /// Replace a node's ACL: `scheme:id:perms[,...]` (perms from cdrwa).
+    Setacl {
+        /// Only if the node's ACL version (aversion) is N.
+        #[arg(long, value_name = "N", allow_negative_numbers = true)]
+        version: Option<i32>,
+        path: String,
+        acl: String,
+    },
+    /// Print the digest of USER:PASSWORD (`USER:BASE64HASH`), the form
+    /// `warden serve --super-digest`, --auth-users files and digest ACL
+    /// entries take. Connects to nothing.
+    Digest { credentials: String },
     /// Print a node's data.
     Get { path: String },
     /// Replace a node's data.
@@ -205,10 +236,32 @@ fn main() -> ExitCode {
             }
             ExitCode::from(code)
         }
+        Err(Failure::Warden(e)) => {
+            eprintln!("error: {}", warden_line(&e));
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The error line for a client error. Refusals about who you are carry
+/// the server's detail, which names the path and what was missing
+/// (`NoAuth: /app: WRITE not granted to digest:bob:...|ip:127.0.0.1`).
+fn warden_line(e: &warden_client::Error) -> String {
+    match e {
+        warden_client::Error::Api { code, message, .. }
+            if !message.is_empty()
+                && matches!(
+                    code,
+                    ErrorCode::NoAuth | ErrorCode::InvalidAcl | ErrorCode::AuthFailed
+                ) =>
+        {
+            format!("{code}: {}", message.replace('\n', " "))
+        }
+        other => other.to_string(),
     }
 }
 
@@ -222,6 +275,10 @@ fn init_tracing() {
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
+    let out = Output { json: cli.json };
+    if let Command::Digest { credentials } = &cli.command {
+        return acl::digest(credentials, &out);
+    }
     let timeout = Duration::from_millis(cli.timeout_ms);
     let options = ConnectOptions {
         session_timeout: lock::session_timeout(&cli.command).unwrap_or(SESSION_TIMEOUT),
@@ -238,7 +295,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         .into()),
     };
     let client = connect(&cli.servers, options.clone(), tls.clone()).await?;
-    let out = Output { json: cli.json };
+    if let Some(credentials) = &cli.auth {
+        if let Err(e) = client.add_auth("digest", credentials.as_bytes()).await {
+            let _ = client.close().await;
+            return Err(e.into());
+        }
+    }
     let result = match cli.command {
         // The bench opens sessions of its own, so it needs the flags too.
         Command::Bench(args) => bench::run(&client, &cli.servers, options, tls, args, &out).await,
@@ -272,6 +334,7 @@ async fn execute(client: &Client, command: Command, out: &Output) -> Result<(), 
             sequential,
             container,
             ttl,
+            acl,
             path,
             data,
         } => {
@@ -280,12 +343,18 @@ async fn execute(client: &Client, command: Command, out: &Output) -> Result<(), 
                 sequential,
                 container,
                 ttl: ttl.map(Duration::from_millis),
-                acl: Vec::new(),
+                acl: match acl {
+                    Some(text) => acl::parse(&text)?,
+                    None => Vec::new(),
+                },
             };
             let data = data.unwrap_or_default();
             let (created, stat) = client.create(&path, data.as_bytes(), options).await?;
             out.line(&created, || NodeJson::new(&created, &stat))
         }
+        Command::Getacl { path } => acl::get(client, &path, out).await,
+        Command::Setacl { version, path, acl } => acl::set(client, &path, &acl, version, out).await,
+        Command::Digest { .. } => unreachable!("run() answers digest without a server"),
         Command::Get { path } => {
             let (data, stat) = client.get_data(&path).await?;
             if out.json {
@@ -725,6 +794,7 @@ mod tests {
                 ttl,
                 path,
                 data,
+                ..
             } => {
                 assert!(ephemeral && sequential && !container);
                 assert_eq!(ttl, Some(500));

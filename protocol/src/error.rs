@@ -29,6 +29,7 @@ impl ErrorCode {
             ErrorCode::SystemError => "SystemError",
             ErrorCode::NoWatcher => "NoWatcher",
             ErrorCode::Throttled => "Throttled",
+            ErrorCode::AuthFailed => "AuthFailed",
             ErrorCode::LimitExceeded => "LimitExceeded",
         }
     }

@@ -6,9 +6,12 @@
 //!   rejects oversized frames before allocating for them.
 //! - [`path`]: the rules a znode path must follow, checked once at every door.
 //! - [`error`]: [`ErrorCode`] helpers.
+//! - [`auth`]: ZooKeeper's ACL vocabulary: digest identities, permission
+//!   letters, the ACL text format.
 //!
 //! The server and the client share this crate; nothing here does I/O.
 
+pub mod auth;
 pub mod codec;
 pub mod error;
 pub mod path;

@@ -55,6 +55,7 @@ pub struct LeaderElection {
     client: Client,
     path: String,
     id: String,
+    acl: Vec<warden_client::Acl>,
 }
 
 impl LeaderElection {
@@ -65,7 +66,15 @@ impl LeaderElection {
             client,
             path: path.into(),
             id: id.into(),
+            acl: Vec::new(),
         }
+    }
+
+    /// Creates the election's nodes with `acl` instead of world:anyone
+    /// (`auth` entries stand for the session's identities).
+    pub fn with_acl(mut self, acl: Vec<warden_client::Acl>) -> Self {
+        self.acl = acl;
+        self
     }
 
     /// Joins the election and waits until this candidate leads. Dropping
@@ -77,7 +86,7 @@ impl LeaderElection {
             &self.path,
             CANDIDATE_PREFIX,
             self.id.as_bytes(),
-            &CreateOptions::ephemeral_sequential(),
+            &CreateOptions::ephemeral_sequential().acl(self.acl.clone()),
         )
         .await?;
         let mut guard = NodeGuard::new(self.client.clone(), me.clone());

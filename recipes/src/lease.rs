@@ -47,7 +47,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::debug;
-use warden_client::{Client, CreateOptions, ErrorCode, Stat};
+use warden_client::{Acl, Client, CreateOptions, ErrorCode, Stat};
 
 use crate::error::{Error, Result};
 
@@ -90,6 +90,8 @@ pub struct LeaseState {
 pub struct LeaseLock {
     client: Client,
     root: String,
+    /// The ACL of every node this lock creates; empty: world:anyone.
+    acl: Vec<Acl>,
 }
 
 impl LeaseLock {
@@ -99,7 +101,17 @@ impl LeaseLock {
         Self {
             client,
             root: root.into(),
+            acl: Vec::new(),
         }
+    }
+
+    /// Creates every node (root, ancestors, lease containers and queue
+    /// nodes) with `acl` instead of world:anyone. An `auth` entry stands
+    /// for the session's authenticated identities. Operations the ACLs
+    /// refuse fail with `NoAuth`, naming the node.
+    pub fn with_acl(mut self, acl: Vec<Acl>) -> Self {
+        self.acl = acl;
+        self
     }
 
     /// Acquires lease `name` for `client_id` for `ttl`, waiting (FIFO) at
@@ -123,6 +135,7 @@ impl LeaseLock {
         let options = CreateOptions {
             sequential: true,
             ttl: Some(ttl),
+            acl: self.acl.clone(),
             ..CreateOptions::default()
         };
         let touch_interval = (ttl / TOUCHES_PER_TTL).max(Duration::from_millis(1));
@@ -419,8 +432,8 @@ pub(crate) fn sorted_members(children: &[String]) -> Vec<String> {
 }
 
 /// Creates `path` as a container, and its ancestors as persistent nodes,
-/// as needed.
-pub(crate) async fn ensure_container(client: &Client, path: &str) -> Result<()> {
+/// as needed, all with `acl`.
+pub(crate) async fn ensure_container(client: &Client, path: &str, acl: &[Acl]) -> Result<()> {
     let mut missing = vec![path.to_string()];
     // Walk up to the first ancestor that exists, then create downwards.
     loop {
@@ -431,7 +444,8 @@ pub(crate) async fn ensure_container(client: &Client, path: &str) -> Result<()> 
             CreateOptions::container()
         } else {
             CreateOptions::persistent()
-        };
+        }
+        .acl(acl.to_vec());
         match client.create(&current, b"", options).await {
             Ok(_) => {
                 missing.pop();
@@ -468,7 +482,9 @@ pub(crate) async fn create_member(
     for _ in 0..CREATE_ATTEMPTS_MAX {
         match client.create(&base, data, options.clone()).await {
             Ok(created) => return Ok(created),
-            Err(e) if e.code() == ErrorCode::NoNode => ensure_container(client, dir).await?,
+            Err(e) if e.code() == ErrorCode::NoNode => {
+                ensure_container(client, dir, &options.acl).await?
+            }
             Err(e) if e.is_retryable() => {
                 tokio::time::sleep(RETRY_PAUSE).await;
                 if let Ok((children, _)) = client.get_children(dir).await {

@@ -77,7 +77,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
-use warden_client::{Client, CreateOptions, ErrorCode, EventType, SessionState, Stat};
+use warden_client::{Acl, Client, CreateOptions, ErrorCode, EventType, SessionState, Stat};
 use warden_protocol::path;
 
 use crate::error::{Error, Result};
@@ -116,6 +116,8 @@ pub struct Mutex {
 struct Shared {
     client: Client,
     path: String,
+    /// The ACL of the nodes the lock creates; empty: world:anyone.
+    acl: Vec<Acl>,
 }
 
 /// One owner's state: what it holds, and the counters tests read.
@@ -197,9 +199,29 @@ impl Mutex {
             return Err(Error::BadArguments("the lock path cannot be /".into()));
         }
         Ok(Mutex {
-            shared: Arc::new(Shared { client, path }),
+            shared: Arc::new(Shared {
+                client,
+                path,
+                acl: Vec::new(),
+            }),
             owner: Arc::default(),
         })
+    }
+
+    /// Creates the lock's nodes (its container, missing parents, and the
+    /// contenders) with `acl` instead of world:anyone, like Curator's
+    /// ACL provider; an `auth` entry stands for the session's identities.
+    /// Set it before the first acquire: clones made before keep theirs.
+    /// A contender the ACLs refuse gets `NoAuth` naming the node.
+    pub fn with_acl(self, acl: Vec<Acl>) -> Mutex {
+        Mutex {
+            shared: Arc::new(Shared {
+                client: self.shared.client.clone(),
+                path: self.shared.path.clone(),
+                acl,
+            }),
+            owner: self.owner,
+        }
     }
 
     /// The lock's path.
@@ -408,7 +430,11 @@ impl Mutex {
         let mut attempt = 0;
         loop {
             match client
-                .create(&base, b"", CreateOptions::ephemeral_sequential())
+                .create(
+                    &base,
+                    b"",
+                    CreateOptions::ephemeral_sequential().acl(self.shared.acl.clone()),
+                )
                 .await
             {
                 Ok((node, stat)) => {
@@ -419,7 +445,7 @@ impl Mutex {
                     // No container (yet, or any more: the server deletes an
                     // empty one).
                     attempt += 1;
-                    ensure_containers(client, &self.shared.path).await?;
+                    ensure_containers(client, &self.shared.path, &self.shared.acl).await?;
                 }
                 Err(e) if e.is_retryable() && attempt < RETRIES_MAX => {
                     attempt += 1;
@@ -569,12 +595,15 @@ fn own_orphans(contenders: &[Contender], own: &str) -> Vec<String> {
 
 /// Creates `lock_path` and every missing parent as containers; a node that
 /// already exists is fine.
-async fn ensure_containers(client: &Client, lock_path: &str) -> Result<()> {
+async fn ensure_containers(client: &Client, lock_path: &str, acl: &[Acl]) -> Result<()> {
     let mut at = String::new();
     for part in lock_path.split('/').filter(|p| !p.is_empty()) {
         at.push('/');
         at.push_str(part);
-        match client.create(&at, b"", CreateOptions::container()).await {
+        match client
+            .create(&at, b"", CreateOptions::container().acl(acl.to_vec()))
+            .await
+        {
             Ok(_) => {}
             Err(e) if e.code() == ErrorCode::NodeExists => {}
             // A parent vanished between our steps (an emptied container):

@@ -104,6 +104,24 @@ pub struct ServeArgs {
     /// refused with LimitExceeded.
     #[arg(long, default_value_t = limits::CHILDREN_PER_REPLY_MAX)]
     pub max_children_per_reply: usize,
+    /// The super user, who passes every ACL check: `user:BASE64HASH`, as
+    /// ZooKeeper's superDigest (`warden digest user:password` prints it).
+    #[arg(long, value_name = "USER:BASE64HASH", env = "WARDEN_SUPER_DIGEST")]
+    pub super_digest: Option<String>,
+    /// Users whose passwords digest auth checks: a file of `user:BASE64HASH`
+    /// lines (`#` comments). Without it any well-formed user:password is
+    /// accepted as that digest identity (ZooKeeper's behaviour).
+    #[arg(long, value_name = "FILE", env = "WARDEN_AUTH_USERS")]
+    pub auth_users: Option<PathBuf>,
+    /// A bearer token of the HTTP lock API and the digest identity it
+    /// stands for (repeatable).
+    #[arg(long = "http-token", value_name = "TOKEN=USER:PASSWORD")]
+    pub http_tokens: Vec<String>,
+    /// The ACL of the nodes the HTTP lock API creates, in zkCli's text
+    /// form (`digest:svc:HASH:cdrwa,world:anyone:r`); default
+    /// world:anyone:cdrwa.
+    #[arg(long, value_name = "ACL")]
+    pub http_lock_acl: Option<String>,
 }
 
 /// A peer in the Raft group.
@@ -134,6 +152,12 @@ pub struct Config {
     /// TLS for the doors and the peer links; `None`: plaintext everywhere.
     pub tls: Option<crate::tls::Tls>,
     pub limits: Limits,
+    /// Super user and user list for digest auth.
+    pub auth: crate::auth::AuthConfig,
+    /// HTTP bearer token -> `user:password`.
+    pub http_tokens: Vec<(String, String)>,
+    /// ACL of the HTTP lock API's nodes; empty: world:anyone.
+    pub http_lock_acl: Vec<warden_protocol::pb::Acl>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -165,6 +189,8 @@ pub enum ConfigError {
         max: usize,
         got: usize,
     },
+    #[error("{0}")]
+    Auth(String),
 }
 
 impl ServeArgs {
@@ -211,6 +237,15 @@ impl ServeArgs {
                  join nor send raft messages",
             ));
         }
+        let auth =
+            crate::auth::AuthConfig::new(self.super_digest.as_deref(), self.auth_users.as_deref())
+                .map_err(ConfigError::Auth)?;
+        let http_tokens = parse_http_tokens(&self.http_tokens)?;
+        let http_lock_acl = match &self.http_lock_acl {
+            None => Vec::new(),
+            Some(text) => warden_protocol::auth::parse_acl(text)
+                .map_err(|e| ConfigError::Auth(format!("--http-lock-acl: {e}")))?,
+        };
         Ok(Config {
             id: self.id,
             data_dir: self.data_dir,
@@ -228,6 +263,9 @@ impl ServeArgs {
             snapshot_entries: self.snapshot_entries,
             tls,
             limits,
+            auth,
+            http_tokens,
+            http_lock_acl,
         })
     }
 
@@ -319,6 +357,26 @@ fn tls_files(args: &ServeArgs) -> Result<Option<crate::tls::TlsFiles>, ConfigErr
         }
         (None, None) => Ok(None),
     }
+}
+
+/// `TOKEN=user:password`, each token once.
+fn parse_http_tokens(specs: &[String]) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for spec in specs {
+        let bad = |why: &str| ConfigError::Auth(format!("--http-token: {why}"));
+        let (token, credentials) = spec
+            .split_once('=')
+            .ok_or_else(|| bad("expected TOKEN=USER:PASSWORD"))?;
+        if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(bad("the token must be non-empty, without spaces"));
+        }
+        warden_protocol::auth::split_credentials(credentials).map_err(|e| bad(&e.0))?;
+        if out.iter().any(|(t, _)| t == token) {
+            return Err(bad("a token is given twice"));
+        }
+        out.push((token.to_string(), credentials.to_string()));
+    }
+    Ok(out)
 }
 
 fn parse_peers(spec: &str, id: u64, peer_listen: &SocketAddr) -> Result<Vec<Peer>, ConfigError> {
@@ -425,6 +483,22 @@ mod tests {
         assert_eq!(parse(&["--zk-listen", "off"]).unwrap().zk_listen, None);
         assert!(parse(&["--zk-listen", "nope"]).is_err());
         assert!(parse(&["--election-ticks", "3", "--heartbeat-ticks", "3"]).is_err());
+        assert!(parse(&["--super-digest", "nocolon"]).is_err());
+        assert!(parse(&["--super-digest", "admin:aGFzaA=="]).is_ok());
+        assert!(parse(&["--auth-users", "/nonexistent/users"]).is_err());
+        let c = parse(&["--http-token", "t1=bob:pw", "--http-token", "t2=al:x:y"]).unwrap();
+        assert_eq!(c.http_tokens[1], ("t2".to_string(), "al:x:y".to_string()));
+        assert!(parse(&["--http-token", "t1"]).is_err());
+        assert!(parse(&["--http-token", "t1=bob"]).is_err());
+        assert!(parse(&["--http-token", "t=a:b", "--http-token", "t=c:d"]).is_err());
+        assert_eq!(
+            parse(&["--http-lock-acl", "digest:svc:aA==:cdrwa,world:anyone:r"])
+                .unwrap()
+                .http_lock_acl
+                .len(),
+            2
+        );
+        assert!(parse(&["--http-lock-acl", "bogus"]).is_err());
         assert!(parse(&[
             "--min-session-timeout-ms",
             "5",

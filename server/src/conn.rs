@@ -31,9 +31,9 @@ use warden_protocol::pb::{self, client_frame::Kind, ErrorCode};
 use warden_protocol::{FrameCodec, FrameError};
 
 use crate::core::{CoreMsg, Door, OUTBOUND_FRAMES_MAX};
-use crate::tls::Stream;
 use crate::limits::{Limit, Limiter};
 use crate::outbound::{self, OutboundTx};
+use crate::tls::Stream;
 use crate::watch::ConnId;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;

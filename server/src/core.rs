@@ -21,6 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prost::Message as _;
@@ -37,7 +38,9 @@ use crate::config::Config;
 use crate::limits::{self, Limit};
 use crate::ops::{self, Failure, Plan, ReadOp};
 use crate::outbound::{frame_bytes, OutboundTx, PushError};
-use crate::proto::{self, peer_frame, txn::Kind, CloseReason, PeerFrame, Proposal, Txn};
+use crate::proto::{
+    self, peer_frame, txn::Kind, AuthId, AuthInfo, CloseReason, PeerFrame, Proposal, Txn,
+};
 use crate::raft::node::{NodeError, RaftTiming};
 use crate::raft::transport::Transport;
 use crate::raft::{DiskStorage, RaftNode, ReadyHandler, Undelivered};
@@ -169,6 +172,9 @@ enum Slot {
         op: ReadOp,
         /// Waiting for a ReadIndex answer (`ctx`), or the index it gave.
         read_index: ReadIndexWait,
+        /// The connection's identities when the read arrived: a later
+        /// auth does not reach back to requests sent before it.
+        ids: Arc<Vec<AuthId>>,
     },
     /// A write waiting for its entry to apply.
     Write { xid: u64, request_id: u64 },
@@ -189,6 +195,9 @@ struct Conn {
     out: OutboundTx,
     closed: CancellationToken,
     session: Option<u64>,
+    /// Who the connection is (ip, x509, and what auth requests added);
+    /// checked against ACLs by every request.
+    ids: Arc<Vec<AuthId>>,
     queue: VecDeque<Slot>,
     /// Per slot of `queue` (same order): the operation and when it reached
     /// the core, for the request metrics.
@@ -736,7 +745,12 @@ impl Core {
                 if let Some(subject) = &tls_subject {
                     debug!(conn, %subject, "client certificate verified");
                 }
-                self.open_conn(conn, peer, door, out, closed, connect)
+                self.open_conn(conn, peer, door, out, closed, connect);
+                // Before any request of the connection can arrive (this
+                // task handles them, in order).
+                if let Some(c) = self.m.conns.get_mut(&conn) {
+                    c.ids = Arc::new(crate::auth::connection_ids(peer, tls_subject.as_deref()));
+                }
             }
             CoreMsg::Stats { reply } => {
                 let _ = reply.send(self.stats());
@@ -767,6 +781,7 @@ impl Core {
                 out,
                 closed,
                 session: None,
+                ids: Arc::new(Vec::new()),
                 queue: VecDeque::new(),
                 timing: VecDeque::new(),
             },
@@ -878,6 +893,7 @@ impl Core {
         };
         let xid = request.xid;
         let door = c.door;
+        let ids = c.ids.clone();
         let Some(session_id) = c.session else {
             // Requests before the session is established are out of order.
             let f = Failure::new(
@@ -913,7 +929,13 @@ impl Core {
             return;
         };
         let op_name = crate::opmetrics::op_name(&op);
-        let slot = match ops::plan(op, session_id) {
+        if let pb::request::Op::Auth(a) = op {
+            let slot = self.auth(conn, xid, a);
+            self.m.enqueue(conn, slot, op_name);
+            self.m.flush(conn);
+            return;
+        }
+        let slot = match ops::plan(op, session_id, &ids) {
             Plan::Reject(f) => Slot::Done(error_frame(xid, self.m.tree.applied_index(), f)),
             Plan::Ping => Slot::Ping { xid },
             Plan::ClusterStatus => {
@@ -924,6 +946,22 @@ impl Core {
                     zxid,
                     Ok(Some(Res::ClusterStatus(status))),
                 ))
+            }
+            Plan::AddMember(_) | Plan::RemoveMember(_)
+                if !crate::tree::acl::allowed(
+                    self.m.tree.node_acl("/").unwrap_or(&[]),
+                    &ids,
+                    warden_protocol::perms::ADMIN,
+                ) =>
+            {
+                // Membership is the cluster's, guarded by ADMIN on the
+                // root. Checked on this server's tree: a conf change is
+                // not a Txn the tree applies.
+                let f = Failure::new(
+                    ErrorCode::NoAuth,
+                    crate::tree::acl::no_auth_message("/", warden_protocol::perms::ADMIN, &ids),
+                );
+                Slot::Done(error_frame(xid, self.m.tree.applied_index(), f))
             }
             Plan::AddMember(r) => {
                 let change_type = if r.learner {
@@ -959,11 +997,16 @@ impl Core {
                     xid,
                     op,
                     read_index,
+                    ids,
                 }
             }
             Plan::Write(mut txn) => {
                 // Tagged so that a retry of this xid is applied at most once.
                 txn.session_id = session_id;
+                // Checked against the ACLs where the txn applies.
+                txn.auth = Some(AuthInfo {
+                    ids: ids.as_ref().clone(),
+                });
                 if door == Door::Native {
                     txn.xid = xid;
                 }
@@ -982,6 +1025,39 @@ impl Core {
         };
         self.m.enqueue(conn, slot, op_name);
         self.m.flush(conn);
+    }
+
+    /// An auth request: adds identities to the connection, answered in
+    /// its turn. A refusal (AuthFailed) changes nothing; what to do about
+    /// it is the door's choice (the ZooKeeper door closes the connection,
+    /// as ZooKeeper does).
+    fn auth(&mut self, conn: ConnId, xid: u64, a: pb::AuthRequest) -> Slot {
+        let zxid = self.m.tree.applied_index();
+        let Some(c) = self.m.conns.get_mut(&conn) else {
+            return Slot::Done(response_frame(xid, zxid, Ok(None)));
+        };
+        let added = self
+            .m
+            .cfg
+            .auth
+            .authenticate(&a.scheme, &a.auth)
+            .and_then(|new| {
+                let mut ids = c.ids.as_ref().clone();
+                crate::auth::add_ids(&mut ids, new)?;
+                Ok(ids)
+            });
+        match added {
+            Ok(ids) => {
+                debug!(conn, peer = %c.peer, ids = %crate::tree::acl::describe(&ids), "auth added");
+                c.ids = Arc::new(ids);
+                Slot::Done(response_frame(xid, zxid, Ok(None)))
+            }
+            Err(why) => {
+                info!(conn, peer = %c.peer, scheme = %a.scheme.escape_debug(), %why, "auth refused");
+                let f = Failure::new(ErrorCode::AuthFailed, why);
+                Slot::Done(error_frame(xid, zxid, f))
+            }
+        }
     }
 
     fn conf_change_slot(
@@ -1339,12 +1415,13 @@ impl Machine {
             match slot {
                 Slot::Done(frame) => self.push(conn, frame),
                 Slot::Ping { xid } => self.push(conn, response_frame(xid, applied, Ok(None))),
-                Slot::Read { xid, op, .. } => {
+                Slot::Read { xid, op, ids, .. } => {
                     let (result, events) = ops::read(
                         &self.tree,
                         &mut self.watches,
                         conn,
                         session_id,
+                        &ids,
                         &op,
                         &self.cfg.limits,
                     );

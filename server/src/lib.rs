@@ -12,6 +12,7 @@
 //! - [`zk`]: the ZooKeeper-compatible door (jute), a thin adapter onto the
 //!   same core.
 
+pub mod auth;
 pub mod config;
 pub mod conn;
 pub mod core;

@@ -34,6 +34,12 @@ enum Command {
     /// production: the CA's key sits in the directory): `warden certs
     /// --node n1 --node n2 --node n3 --client alice`.
     Certs(warden_server::tls::certs::CertsArgs),
+    /// Print the digest of USER:PASSWORD as `USER:BASE64HASH`, the form
+    /// --super-digest, --auth-users files and digest ACLs take.
+    Digest {
+        /// USER:PASSWORD (the password may contain colons).
+        credentials: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -47,6 +53,16 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     match cli.command {
+        Command::Digest { credentials } => match warden_protocol::auth::digest_id(&credentials) {
+            Ok(id) => {
+                println!("{id}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        },
         Command::Serve(args) => {
             let cfg = match args.validate() {
                 Ok(cfg) => cfg,

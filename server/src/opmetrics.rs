@@ -132,5 +132,6 @@ pub fn op_name(op: &Op) -> &'static str {
         Op::CountDescendants(_) => "count_descendants",
         Op::CheckWatches(_) => "check_watches",
         Op::MultiRead(_) => "multi_read",
+        Op::Auth(_) => "auth",
     }
 }

@@ -177,6 +177,10 @@ pub async fn serve(
             stop_peers.clone(),
             op_metrics,
             cfg.tls.clone(),
+            crate::http::GatewayAuth {
+                tokens: cfg.http_tokens.clone(),
+                lock_acl: cfg.http_lock_acl.clone(),
+            },
         ));
         loop {
             tokio::select! {

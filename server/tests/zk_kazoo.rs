@@ -159,3 +159,38 @@ fn kazoo_over_tls_on_the_secure_zookeeper_port() {
         "{log}"
     );
 }
+
+/// ACLs and auth through the ZooKeeper port (`tests/zk/test_kazoo_acl.py`):
+/// each permission refused then granted, the schemes, AuthFailed, auth
+/// replayed by kazoo after a reconnect.
+#[test]
+fn kazoo_acl_suite() {
+    let venv = venv();
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    let digest = |c: &str| warden_protocol::auth::digest_id(c).unwrap();
+    std::fs::write(&users, format!("{}\n", digest("bob:bob-pw"))).unwrap();
+    let server = Server::start_with(warden_testkit::ServerOptions {
+        extra_args: vec![
+            "--super-digest".into(),
+            digest("admin:root-pw"),
+            "--auth-users".into(),
+            users.display().to_string(),
+        ],
+        ..Default::default()
+    });
+    let out = Command::new(venv.join("bin/python"))
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .arg(zk_dir().join("test_kazoo_acl.py"))
+        .env("WARDEN_ZK_HOSTS", server.zk_addr())
+        .output()
+        .expect("run pytest");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kazoo ACL suite failed:\n{stdout}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.log()
+    );
+    assert!(stdout.contains("passed"), "{stdout}");
+}

@@ -200,8 +200,10 @@ async fn acls_are_stored_and_versioned() {
     );
     assert_eq!(stat.aversion, 0);
 
+    // ADMIN kept: setting the ACL again must reach the version check
+    // (without ADMIN it is NoAuth, before any version is looked at).
     let read_only = vec![warden_client::Acl {
-        perms: warden_client::perms::READ,
+        perms: warden_client::perms::READ | warden_client::perms::ADMIN,
         scheme: "world".into(),
         id: "anyone".into(),
     }];

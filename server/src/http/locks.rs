@@ -8,22 +8,28 @@
 //!   accepted for `ttl_ms`, `wait_timeout_ms` and the renewal's `ttl_ms`;
 //!   a stale renew answers 403.
 //!
-//! The gateway is a client of its own server over loopback (one session,
-//! connected on first use, replaced if it is lost). It checks the JSON and
-//! the bounds below and nothing else: the lock's rules are the recipe's.
+//! The gateway is a client of its own server over loopback: one session
+//! per caller identity (connected on first use, replaced if it is lost),
+//! authenticated as that digest identity, so ACLs apply to HTTP callers as
+//! to any client: a refusal is 403 naming the node, bad credentials 401.
+//! It checks the JSON and the bounds below and nothing else: the lock's
+//! rules are the recipe's.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use base64::Engine as _;
 use serde_json::{json, Map, Value};
 use tracing::{debug, warn};
-use warden_client::{Client, ConnectOptions, ErrorCode, SessionState};
+use warden_client::{Acl, Client, ConnectOptions, ErrorCode, SessionState};
+use warden_protocol::auth::{digest_id, split_credentials};
 use warden_recipes::{Error as RecipeError, Lease, LeaseLock};
 
 use super::{error, ApiError, Http};
@@ -39,34 +45,109 @@ pub const NAME_LEN_MAX: usize = 128;
 /// Client ids: at most this many bytes, no control characters.
 pub const CLIENT_ID_LEN_MAX: usize = 256;
 
-/// The loopback session the lock API runs on.
+/// Most loopback sessions the gateway keeps, one per identity (the
+/// anonymous one included); beyond it the least recently used is let go
+/// (its leases are persistent nodes and live on).
+pub const GATEWAY_SESSIONS_MAX: usize = 64;
+
+/// One loopback session and the lease lock over it.
+struct Session {
+    client: Client,
+    lock: LeaseLock,
+    last_used: Instant,
+}
+
+/// The loopback sessions the lock API runs on: one per identity a caller
+/// presents (`Authorization: Basic` user:password, or a `Bearer` token
+/// standing for one), authenticated with digest auth like any client, so
+/// the ACLs treat an HTTP caller exactly as that digest identity; and an
+/// anonymous one for callers without credentials.
 pub(crate) struct Gateway {
     addr: SocketAddr,
     /// With TLS on: trusts exactly this server's certificate and presents
     /// it as the client's (see `tls/pinned.rs`).
     tls: Option<Arc<rustls::ClientConfig>>,
+    /// Bearer token -> `user:password` (`--http-token`).
+    tokens: Vec<(String, String)>,
+    /// The ACL of the nodes the lock API creates (`--http-lock-acl`).
+    acl: Vec<Acl>,
     // A tokio mutex held across the connect on purpose: concurrent first
     // requests wait for one session instead of each opening their own.
-    lock: tokio::sync::Mutex<Option<(Client, LeaseLock)>>,
+    // Keyed by the digest id (`user:hash`), never by a bare user name: a
+    // wrong password must not find the session of the right one.
+    sessions: tokio::sync::Mutex<HashMap<Option<String>, Session>>,
 }
 
 impl Gateway {
-    pub(crate) fn new(addr: SocketAddr, tls: Option<Arc<rustls::ClientConfig>>) -> Self {
+    pub(crate) fn new(
+        addr: SocketAddr,
+        tls: Option<Arc<rustls::ClientConfig>>,
+        tokens: Vec<(String, String)>,
+        acl: Vec<Acl>,
+    ) -> Self {
         Gateway {
             addr,
             tls,
-            lock: tokio::sync::Mutex::new(None),
+            tokens,
+            acl,
+            sessions: tokio::sync::Mutex::new(HashMap::new()),
         }
     }
 
-    async fn get(&self) -> Result<LeaseLock, ApiError> {
-        let mut slot = self.lock.lock().await;
-        if let Some((client, lock)) = slot.as_ref() {
-            let state = *client.session_events().borrow();
+    /// The caller's credentials (`user:password`), from its Authorization
+    /// header; `None` for an anonymous caller.
+    fn credentials(&self, headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+        let Some(value) = headers.get(header::AUTHORIZATION) else {
+            return Ok(None);
+        };
+        let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, m);
+        let value = value
+            .to_str()
+            .map_err(|_| unauthorized("the Authorization header is not ASCII"))?;
+        let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
+        let rest = rest.trim();
+        if scheme.eq_ignore_ascii_case("basic") {
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(rest)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok())
+                .ok_or_else(|| unauthorized("Basic credentials are not base64 of user:password"))?;
+            split_credentials(&decoded).map_err(|e| unauthorized(&e.0))?;
+            Ok(Some(decoded))
+        } else if scheme.eq_ignore_ascii_case("bearer") {
+            self.tokens
+                .iter()
+                .find(|(t, _)| same(t, rest))
+                .map(|(_, c)| Some(c.clone()))
+                .ok_or_else(|| unauthorized("unknown bearer token"))
+        } else {
+            Err(unauthorized(
+                "unsupported Authorization scheme (Basic or Bearer)",
+            ))
+        }
+    }
+
+    /// The lease lock of the caller's session, connecting (and
+    /// authenticating) it on first use.
+    async fn get(&self, headers: &HeaderMap) -> Result<LeaseLock, ApiError> {
+        let credentials = self.credentials(headers)?;
+        // The stored form of the password: a session per user *and*
+        // password, without keeping passwords as keys.
+        let key = match &credentials {
+            Some(c) => {
+                Some(digest_id(c).map_err(|e| ApiError::new(StatusCode::UNAUTHORIZED, e.0))?)
+            }
+            None => None,
+        };
+        let mut sessions = self.sessions.lock().await;
+        if let Some(s) = sessions.get_mut(&key) {
+            let state = *s.client.session_events().borrow();
             if !matches!(state, SessionState::Expired | SessionState::Closed) {
-                return Ok(lock.clone());
+                s.last_used = Instant::now();
+                return Ok(s.lock.clone());
             }
             debug!(?state, "lock gateway session lost; connecting anew");
+            sessions.remove(&key);
         }
         let addr = self.addr.to_string();
         let connected = match &self.tls {
@@ -83,20 +164,75 @@ impl Gateway {
                 format!("cannot reach the service: {e}"),
             )
         })?;
+        if let Some(c) = &credentials {
+            if let Err(e) = client.add_auth("digest", c.as_bytes()).await {
+                let _ = client.close().await;
+                return Err(match e.code() {
+                    ErrorCode::AuthFailed => ApiError::new(
+                        StatusCode::UNAUTHORIZED,
+                        format!("AuthFailed: {}", api_message(&e)),
+                    ),
+                    _ => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+                });
+            }
+        }
         debug!(session = client.session_id(), "lock gateway connected");
-        let lock = LeaseLock::new(client.clone(), LOCK_ROOT);
-        *slot = Some((client, lock.clone()));
+        if sessions.len() >= GATEWAY_SESSIONS_MAX {
+            let oldest = sessions
+                .iter()
+                .min_by_key(|(_, s)| s.last_used)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                // Dropping the handle closes the session once requests
+                // still running on it are done.
+                sessions.remove(&k);
+            }
+        }
+        let lock = LeaseLock::new(client.clone(), LOCK_ROOT).with_acl(self.acl.clone());
+        sessions.insert(
+            key,
+            Session {
+                client,
+                lock: lock.clone(),
+                last_used: Instant::now(),
+            },
+        );
         Ok(lock)
     }
 
-    /// Drops the session if `e` says it is gone, so the next request
-    /// connects anew.
+    /// Drops the sessions that are over, so the next request connects anew.
     async fn after_error(&self, e: &RecipeError) {
         if let RecipeError::Client(c) = e {
             if c.code() == ErrorCode::SessionExpired {
-                *self.lock.lock().await = None;
+                self.sessions.lock().await.retain(|_, s| {
+                    !matches!(
+                        *s.client.session_events().borrow(),
+                        SessionState::Expired | SessionState::Closed
+                    )
+                });
             }
         }
+    }
+}
+
+/// Compares secrets without stopping at the first difference.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+/// The server's detail of a client error, or its one-line form.
+fn api_message(e: &warden_client::Error) -> String {
+    match e {
+        warden_client::Error::Api { message, .. } | warden_client::Error::Multi { message, .. }
+            if !message.is_empty() =>
+        {
+            message.clone()
+        }
+        other => other.to_string(),
     }
 }
 
@@ -219,6 +355,14 @@ async fn recipe_error(http: &Http, e: RecipeError, stale: StatusCode) -> Respons
         RecipeError::Client(c) if c.code() == ErrorCode::BadArguments => {
             bad(c.to_string()).into_response()
         }
+        // The message names the node and the permission refused.
+        RecipeError::Client(c) if c.code() == ErrorCode::NoAuth => {
+            error(StatusCode::FORBIDDEN, format!("NoAuth: {}", api_message(c)))
+        }
+        RecipeError::Client(c) if c.code() == ErrorCode::AuthFailed => error(
+            StatusCode::UNAUTHORIZED,
+            format!("AuthFailed: {}", api_message(c)),
+        ),
         _ => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
@@ -233,6 +377,7 @@ fn holder_json(lease: &Lease) -> Value {
 
 async fn do_acquire(
     http: &Http,
+    headers: &HeaderMap,
     contract: Contract,
     path: Option<String>,
     body: Bytes,
@@ -257,7 +402,7 @@ async fn do_acquire(
         Ok(a) => a,
         Err(r) => return r.into_response(),
     };
-    let lock = match http.locks.get().await {
+    let lock = match http.locks.get(headers).await {
         Ok(l) => l,
         Err(r) => return r.into_response(),
     };
@@ -295,7 +440,13 @@ async fn do_acquire(
     }
 }
 
-async fn do_renew(http: &Http, contract: Contract, path: Option<String>, body: Bytes) -> Response {
+async fn do_renew(
+    http: &Http,
+    headers: &HeaderMap,
+    contract: Contract,
+    path: Option<String>,
+    body: Bytes,
+) -> Response {
     let body = match parse_body(&body) {
         Ok(b) => b,
         Err(r) => return r.into_response(),
@@ -311,7 +462,7 @@ async fn do_renew(http: &Http, contract: Contract, path: Option<String>, body: B
         Ok(a) => a,
         Err(r) => return r.into_response(),
     };
-    let lock = match http.locks.get().await {
+    let lock = match http.locks.get(headers).await {
         Ok(l) => l,
         Err(r) => return r.into_response(),
     };
@@ -333,6 +484,7 @@ async fn do_renew(http: &Http, contract: Contract, path: Option<String>, body: B
 
 async fn do_release(
     http: &Http,
+    headers: &HeaderMap,
     contract: Contract,
     path: Option<String>,
     body: Bytes,
@@ -351,7 +503,7 @@ async fn do_release(
         Ok(a) => a,
         Err(r) => return r.into_response(),
     };
-    let lock = match http.locks.get().await {
+    let lock = match http.locks.get(headers).await {
         Ok(l) => l,
         Err(r) => return r.into_response(),
     };
@@ -364,46 +516,65 @@ async fn do_release(
 pub(crate) async fn acquire(
     State(http): State<Arc<Http>>,
     Path(name): Path<String>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    do_acquire(&http, Contract::Path, Some(name), body).await
+    do_acquire(&http, &headers, Contract::Path, Some(name), body).await
 }
 
 pub(crate) async fn renew(
     State(http): State<Arc<Http>>,
     Path(name): Path<String>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    do_renew(&http, Contract::Path, Some(name), body).await
+    do_renew(&http, &headers, Contract::Path, Some(name), body).await
 }
 
 pub(crate) async fn release(
     State(http): State<Arc<Http>>,
     Path(name): Path<String>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    do_release(&http, Contract::Path, Some(name), body).await
+    do_release(&http, &headers, Contract::Path, Some(name), body).await
 }
 
-pub(crate) async fn acquire_alt(State(http): State<Arc<Http>>, body: Bytes) -> Response {
-    do_acquire(&http, Contract::Body, None, body).await
+pub(crate) async fn acquire_alt(
+    State(http): State<Arc<Http>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    do_acquire(&http, &headers, Contract::Body, None, body).await
 }
 
-pub(crate) async fn renew_alt(State(http): State<Arc<Http>>, body: Bytes) -> Response {
-    do_renew(&http, Contract::Body, None, body).await
+pub(crate) async fn renew_alt(
+    State(http): State<Arc<Http>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    do_renew(&http, &headers, Contract::Body, None, body).await
 }
 
-pub(crate) async fn release_alt(State(http): State<Arc<Http>>, body: Bytes) -> Response {
-    do_release(&http, Contract::Body, None, body).await
+pub(crate) async fn release_alt(
+    State(http): State<Arc<Http>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    do_release(&http, &headers, Contract::Body, None, body).await
 }
 
 /// `GET /api/v1/locks/{name}`: the holder and the number of waiters, or
 /// 404 when the lock is free.
-pub(crate) async fn state(State(http): State<Arc<Http>>, Path(name): Path<String>) -> Response {
+pub(crate) async fn state(
+    State(http): State<Arc<Http>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
     if let Err(r) = check_name(&name) {
         return r.into_response();
     }
-    let lock = match http.locks.get().await {
+    let lock = match http.locks.get(&headers).await {
         Ok(l) => l,
         Err(r) => return r.into_response(),
     };

@@ -28,7 +28,17 @@ use tracing::warn;
 
 use crate::core::CoreMsg;
 
-pub use locks::{TTL_MS_MAX, WAIT_TIMEOUT_MS_MAX};
+pub use locks::{GATEWAY_SESSIONS_MAX, TTL_MS_MAX, WAIT_TIMEOUT_MS_MAX};
+
+/// Who HTTP lock callers are: bearer tokens standing for digest
+/// identities, and the ACL of the nodes the lock API creates.
+#[derive(Debug, Clone, Default)]
+pub struct GatewayAuth {
+    /// Token -> `user:password` (`--http-token`).
+    pub tokens: Vec<(String, String)>,
+    /// `--http-lock-acl`; empty: world:anyone.
+    pub lock_acl: Vec<warden_protocol::pb::Acl>,
+}
 
 /// What every handler shares.
 pub(crate) struct Http {
@@ -47,10 +57,16 @@ pub async fn serve(
     stop: CancellationToken,
     op_metrics: crate::opmetrics::OpMetrics,
     tls: Option<crate::tls::Tls>,
+    auth: GatewayAuth,
 ) {
     let state = Arc::new(Http {
         core,
-        locks: locks::Gateway::new(client, tls.as_ref().map(|t| t.gateway.clone())),
+        locks: locks::Gateway::new(
+            client,
+            tls.as_ref().map(|t| t.gateway.clone()),
+            auth.tokens,
+            auth.lock_acl,
+        ),
         metrics: metrics::Metrics::new(&op_metrics),
     });
     let app = router(state);

@@ -3,17 +3,22 @@
 use warden_protocol::path;
 use warden_protocol::pb::{self, ErrorCode};
 
-use super::{check_acl, check_data, Failure};
-use crate::proto::{txn::Kind, CreateTxn, Txn};
+use super::{check_data, Failure};
+use crate::proto::{txn::Kind, AuthId, CreateTxn, Txn};
 
 /// Largest TTL accepted (a year): beyond that it is surely a unit mistake.
 const TTL_MS_MAX: u64 = 365 * 24 * 3600 * 1000;
 
-pub(super) fn validate(r: &pb::CreateRequest, session_id: u64) -> Result<CreateTxn, Failure> {
+pub(super) fn validate(
+    r: &pb::CreateRequest,
+    session_id: u64,
+    ids: &[AuthId],
+) -> Result<CreateTxn, Failure> {
     path::validate_create(&r.path, r.sequential)
         .map_err(|e| Failure::new(ErrorCode::InvalidPath, e.to_string()))?;
     check_data(&r.data, &r.path)?;
-    check_acl(&r.acl, &r.path)?;
+    // Empty stays empty: the tree gives the node world:anyone, all perms.
+    let acl = super::acl::prepare(&r.acl, &r.path, ids)?;
     if r.container && (r.ephemeral || r.sequential || r.ttl_ms > 0) {
         return Err(Failure::new(
             ErrorCode::BadArguments,
@@ -35,7 +40,7 @@ pub(super) fn validate(r: &pb::CreateRequest, session_id: u64) -> Result<CreateT
     Ok(CreateTxn {
         path: r.path.clone(),
         data: r.data.clone(),
-        acl: r.acl.clone(),
+        acl,
         ephemeral: r.ephemeral,
         sequential: r.sequential,
         container: r.container,
@@ -44,9 +49,9 @@ pub(super) fn validate(r: &pb::CreateRequest, session_id: u64) -> Result<CreateT
     })
 }
 
-pub(super) fn plan(r: pb::CreateRequest, session_id: u64) -> Result<Txn, Failure> {
+pub(super) fn plan(r: pb::CreateRequest, session_id: u64, ids: &[AuthId]) -> Result<Txn, Failure> {
     Ok(Txn {
-        kind: Some(Kind::Create(validate(&r, session_id)?)),
+        kind: Some(Kind::Create(validate(&r, session_id, ids)?)),
         ..Default::default()
     })
 }

@@ -6,6 +6,7 @@ use warden_protocol::pb::{self, response::Result as Res, ErrorCode};
 
 use super::Failure;
 use crate::limits::{self, Limit, Limits};
+use crate::proto::AuthId;
 use crate::tree::DataTree;
 use crate::watch::{ConnId, WatchKind, WatchRegistry};
 
@@ -13,12 +14,15 @@ pub(super) fn read(
     tree: &DataTree,
     watches: &mut WatchRegistry,
     conn: ConnId,
+    ids: &[AuthId],
     r: &pb::GetChildrenRequest,
     limits: &Limits,
 ) -> Result<Option<Res>, Failure> {
     let Some(stat) = tree.stat(&r.path) else {
         return Err(Failure::new(ErrorCode::NoNode, r.path.clone()));
     };
+    // Before the limit: a reader without READ learns nothing of the count.
+    super::acl::require(tree, &r.path, warden_protocol::perms::READ, ids)?;
     let max = limits.children_per_reply;
     if stat.num_children as usize > max {
         return Err(Failure::new(

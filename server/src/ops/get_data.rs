@@ -3,6 +3,7 @@
 use warden_protocol::pb::{self, response::Result as Res, ErrorCode};
 
 use super::Failure;
+use crate::proto::AuthId;
 use crate::tree::DataTree;
 use crate::watch::{ConnId, WatchKind, WatchRegistry};
 
@@ -10,6 +11,7 @@ pub(super) fn read(
     tree: &DataTree,
     watches: &mut WatchRegistry,
     conn: ConnId,
+    ids: &[AuthId],
     r: &pb::GetDataRequest,
 ) -> Result<Option<Res>, Failure> {
     let Some((data, stat)) = tree.get_data(&r.path) else {
@@ -17,6 +19,7 @@ pub(super) fn read(
         // exists() is the way to wait for a creation.
         return Err(Failure::new(ErrorCode::NoNode, r.path.clone()));
     };
+    super::acl::require(tree, &r.path, warden_protocol::perms::READ, ids)?;
     if r.watch {
         watches
             .try_add(conn, WatchKind::Data, &r.path)

@@ -7,7 +7,7 @@
 //! only reads the tree (and registers watches), [`write_response`] turns an
 //! applied result into the wire answer.
 
-mod acl;
+pub mod acl;
 mod cluster;
 mod create;
 mod delete;
@@ -23,7 +23,7 @@ use warden_protocol::pb::{self, request::Op, response::Result as Res, ErrorCode}
 use warden_protocol::{path, DATA_BYTES_MAX};
 
 use crate::limits::Limits;
-use crate::proto::Txn;
+use crate::proto::{AuthId, Txn};
 use crate::tree::{DataTree, TreeError, TxnResult};
 use crate::watch::{ConnId, WatchRegistry};
 
@@ -100,14 +100,17 @@ pub struct ImmediateEvent {
     pub event: pb::WatchEvent,
 }
 
-/// Decides how to serve a request from the session `session_id`.
-pub fn plan(op: Op, session_id: u64) -> Plan {
+/// Decides how to serve a request from the session `session_id`, made on
+/// a connection holding the identities `ids` (which replace the `auth`
+/// entries of the ACLs it stores). An auth request never gets here: it
+/// changes the connection, which is the core's.
+pub fn plan(op: Op, session_id: u64, ids: &[AuthId]) -> Plan {
     let planned = match op {
-        Op::Create(r) => create::plan(r, session_id).map(Plan::Write),
+        Op::Create(r) => create::plan(r, session_id, ids).map(Plan::Write),
         Op::Delete(r) => delete::plan(r).map(Plan::Write),
         Op::SetData(r) => set_data::plan(r).map(Plan::Write),
-        Op::SetAcl(r) => acl::plan_set(r).map(Plan::Write),
-        Op::Multi(r) => multi::plan(r, session_id).map(Plan::Write),
+        Op::SetAcl(r) => acl::plan_set(r, ids).map(Plan::Write),
+        Op::Multi(r) => multi::plan(r, session_id, ids).map(Plan::Write),
         Op::GetData(r) => check_path(&r.path).map(|_| Plan::Read {
             linearizable: r.linearizable,
             op: ReadOp::GetData(r),
@@ -161,36 +164,49 @@ pub fn plan(op: Op, session_id: u64) -> Plan {
         Op::RemoveMember(r) => cluster::check_remove(&r).map(|_| Plan::RemoveMember(r)),
         Op::Ping(_) => Ok(Plan::Ping),
         Op::Close(_) => Ok(Plan::Close),
+        Op::Auth(_) => Err(Failure::new(
+            ErrorCode::BadArguments,
+            "an auth request is answered by the connection, not planned",
+        )),
     };
     planned.unwrap_or_else(Plan::Reject)
 }
 
-/// Serves a read for connection `conn` from the local tree. Returns the
-/// answer and any events to push to this connection *before* it.
+/// Serves a read for connection `conn` from the local tree, checking the
+/// permission it needs against `ids` (the connection's identities when the
+/// request arrived). Returns the answer and any events to push to this
+/// connection *before* it.
 pub fn read(
     tree: &DataTree,
     watches: &mut WatchRegistry,
     conn: ConnId,
     session_id: u64,
+    ids: &[AuthId],
     op: &ReadOp,
     limits: &Limits,
 ) -> (Result<Option<Res>, Failure>, Vec<pb::WatchEvent>) {
     match op {
+        // The session's own ephemerals: nothing another session's ACL
+        // could hide.
         ReadOp::GetEphemerals(r) => (reads::ephemerals(tree, session_id, r), vec![]),
-        ReadOp::CountDescendants(r) => (reads::count(tree, r), vec![]),
+        ReadOp::CountDescendants(r) => (reads::count(tree, ids, r), vec![]),
         ReadOp::CheckWatches(r) => (watches::check(watches, conn, r), vec![]),
-        ReadOp::MultiRead(r) => (reads::multi(tree, watches, conn, r, limits), vec![]),
-        ReadOp::GetData(r) => (get_data::read(tree, watches, conn, r), vec![]),
+        ReadOp::MultiRead(r) => (reads::multi(tree, watches, conn, ids, r, limits), vec![]),
+        ReadOp::GetData(r) => (get_data::read(tree, watches, conn, ids, r), vec![]),
+        // exists needs no permission, as in ZooKeeper.
         ReadOp::Exists(r) => (exists::read(tree, watches, conn, r), vec![]),
-        ReadOp::GetChildren(r) => (get_children::read(tree, watches, conn, r, limits), vec![]),
-        ReadOp::GetAcl(r) => (acl::read_get(tree, r), vec![]),
+        ReadOp::GetChildren(r) => (
+            get_children::read(tree, watches, conn, ids, r, limits),
+            vec![],
+        ),
+        ReadOp::GetAcl(r) => (acl::read_get(tree, ids, r), vec![]),
         ReadOp::Sync(r) => (
             Ok(Some(Res::Sync(pb::SyncResponse {
                 path: r.path.clone(),
             }))),
             vec![],
         ),
-        ReadOp::AddWatch(r) => (watches::add(watches, conn, r), vec![]),
+        ReadOp::AddWatch(r) => (watches::add(tree, watches, conn, ids, r), vec![]),
         ReadOp::RemoveWatches(r) => (watches::remove(watches, conn, r), vec![]),
         ReadOp::SetWatches(r) => match watches::set(tree, watches, conn, r) {
             Ok(events) => (Ok(None), events),
@@ -201,6 +217,15 @@ pub fn read(
 
 /// Turns the applied result of `txn` into the wire answer.
 pub fn write_response(result: TxnResult, txn: &Txn) -> Result<Option<Res>, Failure> {
+    // A NoAuth from the tree names only the path: say which permission
+    // was missing and who asked.
+    let failure = |e: TreeError| {
+        if e.code == ErrorCode::NoAuth {
+            acl::no_auth(&e.path, acl::write_perm(txn, None), acl::txn_ids(txn))
+        } else {
+            Failure::from(e)
+        }
+    };
     match result {
         TxnResult::Create(r) => r
             .map(|(path, stat)| {
@@ -209,18 +234,12 @@ pub fn write_response(result: TxnResult, txn: &Txn) -> Result<Option<Res>, Failu
                     stat: Some(stat),
                 }))
             })
-            .map_err(Failure::from),
-        TxnResult::Delete(r) => r.map(|()| None).map_err(Failure::from),
+            .map_err(failure),
+        TxnResult::Delete(r) => r.map(|()| None).map_err(failure),
         TxnResult::SetData(r) | TxnResult::SetAcl(r) => r
             .map(|stat| Some(Res::Stat(pb::StatResponse { stat: Some(stat) })))
-            .map_err(Failure::from),
-        TxnResult::Multi(outcome) => {
-            let count = match &txn.kind {
-                Some(crate::proto::txn::Kind::Multi(m)) => m.ops.len(),
-                _ => 0,
-            };
-            multi::response(outcome, count)
-        }
+            .map_err(failure),
+        TxnResult::Multi(outcome) => multi::response(outcome, txn),
         // Answered from the stored response by the core, never here.
         TxnResult::Duplicate { .. } => Ok(None),
         TxnResult::Stale { latest_xid } => Err(Failure::new(
@@ -266,27 +285,12 @@ fn check_data(data: &[u8], p: &str) -> Result<(), Failure> {
     Ok(())
 }
 
-fn check_acl(acl: &[pb::Acl], p: &str) -> Result<(), Failure> {
-    for a in acl {
-        if a.perms & !warden_protocol::perms::ALL != 0 || a.scheme.is_empty() {
-            return Err(Failure::new(
-                ErrorCode::InvalidAcl,
-                format!(
-                    "{p}: invalid ACL entry {}:{} perms {}",
-                    a.scheme, a.id, a.perms
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn reject_code(op: Op) -> ErrorCode {
-        match plan(op, 1) {
+        match plan(op, 1, &[]) {
             Plan::Reject(f) => f.code,
             other => panic!("expected a rejection, got {other:?}"),
         }
@@ -342,7 +346,8 @@ mod tests {
                     path: "/a".into(),
                     ..Default::default()
                 }),
-                1
+                1,
+                &[]
             ),
             Plan::Write(_)
         ));
@@ -353,7 +358,8 @@ mod tests {
                     linearizable: true,
                     ..Default::default()
                 }),
-                1
+                1,
+                &[]
             ),
             Plan::Read {
                 linearizable: true,

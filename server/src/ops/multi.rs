@@ -3,13 +3,15 @@
 use warden_protocol::pb::{self, multi_op::Op as MOp, response::Result as Res, ErrorCode};
 
 use super::{check_path, check_version, create, delete, set_data, Failure};
-use crate::proto::{multi_txn_op::Op as TOp, txn::Kind, CheckTxn, MultiTxn, MultiTxnOp, Txn};
+use crate::proto::{
+    multi_txn_op::Op as TOp, txn::Kind, AuthId, CheckTxn, MultiTxn, MultiTxnOp, Txn,
+};
 use crate::tree::{MultiOutcome, OpOutcome};
 
 /// Most ops in one multi.
 pub const MULTI_OPS_MAX: usize = 1000;
 
-pub(super) fn plan(r: pb::MultiRequest, session_id: u64) -> Result<Txn, Failure> {
+pub(super) fn plan(r: pb::MultiRequest, session_id: u64, ids: &[AuthId]) -> Result<Txn, Failure> {
     if r.ops.len() > MULTI_OPS_MAX {
         return Err(Failure::new(
             ErrorCode::BadArguments,
@@ -22,7 +24,7 @@ pub(super) fn plan(r: pb::MultiRequest, session_id: u64) -> Result<Txn, Failure>
     let mut ops = Vec::with_capacity(r.ops.len());
     for (i, op) in r.ops.into_iter().enumerate() {
         let op = match op.op {
-            Some(MOp::Create(c)) => TOp::Create(create::validate(&c, session_id)?),
+            Some(MOp::Create(c)) => TOp::Create(create::validate(&c, session_id, ids)?),
             Some(MOp::Delete(d)) => TOp::Delete(delete::validate(&d)?),
             Some(MOp::SetData(s)) => TOp::SetData(set_data::validate(&s)?),
             Some(MOp::Check(c)) => {
@@ -51,7 +53,11 @@ pub(super) fn plan(r: pb::MultiRequest, session_id: u64) -> Result<Txn, Failure>
 /// A multi's answer. On failure the response carries the failed op's code
 /// and a result per op (ZooKeeper's shape), so clients can tell which op
 /// failed.
-pub(super) fn response(outcome: MultiOutcome, count: usize) -> Result<Option<Res>, Failure> {
+pub(super) fn response(outcome: MultiOutcome, txn: &Txn) -> Result<Option<Res>, Failure> {
+    let count = match &txn.kind {
+        Some(Kind::Multi(m)) => m.ops.len(),
+        _ => 0,
+    };
     match outcome {
         MultiOutcome::Ok(ops) => {
             let results = ops
@@ -81,8 +87,14 @@ pub(super) fn response(outcome: MultiOutcome, count: usize) -> Result<Option<Res
             Ok(Some(Res::Multi(pb::MultiResponse { results })))
         }
         MultiOutcome::Failed { index, error } => {
-            let results = failed_results(count.max(index + 1), index, error.code, &error.path);
-            let mut f = Failure::new(error.code, format!("op {index}: {}", error.path));
+            let detail = if error.code == ErrorCode::NoAuth {
+                let perm = super::acl::write_perm(txn, Some(index));
+                super::acl::no_auth(&error.path, perm, super::acl::txn_ids(txn)).message
+            } else {
+                error.path.clone()
+            };
+            let results = failed_results(count.max(index + 1), index, error.code, &detail);
+            let mut f = Failure::new(error.code, format!("op {index}: {detail}"));
             f.detail = Some(Box::new(Res::Multi(results)));
             Err(f)
         }

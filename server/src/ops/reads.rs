@@ -6,6 +6,7 @@ use warden_protocol::pb::{self, multi_read_op::Op as ROp, response::Result as Re
 
 use super::{check_path, get_children, get_data, Failure};
 use crate::limits::Limits;
+use crate::proto::AuthId;
 use crate::tree::DataTree;
 use crate::watch::{ConnId, WatchRegistry};
 
@@ -28,14 +29,19 @@ pub(super) fn ephemerals(
     })))
 }
 
+/// READ on the node, as ZooKeeper's getAllChildrenNumber.
 pub(super) fn count(
     tree: &DataTree,
+    ids: &[AuthId],
     r: &pb::CountDescendantsRequest,
 ) -> Result<Option<Res>, Failure> {
     match tree.count_descendants(&r.path) {
-        Some(count) => Ok(Some(Res::CountDescendants(pb::CountDescendantsResponse {
-            count,
-        }))),
+        Some(count) => {
+            super::acl::require(tree, &r.path, warden_protocol::perms::READ, ids)?;
+            Ok(Some(Res::CountDescendants(pb::CountDescendantsResponse {
+                count,
+            })))
+        }
         None => Err(Failure::new(ErrorCode::NoNode, r.path.clone())),
     }
 }
@@ -71,6 +77,7 @@ pub(super) fn multi(
     tree: &DataTree,
     watches: &mut WatchRegistry,
     conn: ConnId,
+    ids: &[AuthId],
     r: &pb::MultiReadRequest,
     limits: &Limits,
 ) -> Result<Option<Res>, Failure> {
@@ -79,8 +86,10 @@ pub(super) fn multi(
         .iter()
         .map(|op| {
             let answer = match &op.op {
-                Some(ROp::GetData(g)) => get_data::read(tree, watches, conn, g),
-                Some(ROp::GetChildren(g)) => get_children::read(tree, watches, conn, g, limits),
+                Some(ROp::GetData(g)) => get_data::read(tree, watches, conn, ids, g),
+                Some(ROp::GetChildren(g)) => {
+                    get_children::read(tree, watches, conn, ids, g, limits)
+                }
                 None => Err(Failure::new(ErrorCode::BadArguments, "empty op")),
             };
             match answer {

@@ -10,17 +10,23 @@ use std::collections::HashSet;
 
 use super::Failure;
 use crate::limits::{self, Limit};
+use crate::proto::AuthId;
 use crate::tree::DataTree;
 use crate::watch::{ConnId, WatchKind, WatchRegistry};
 
 /// Most paths in one SetWatches.
 const SET_WATCHES_PATHS_MAX: usize = 100_000;
 
+/// READ on the node when it exists (as ZooKeeper 3.8.4 checks); a watch
+/// on a node yet to be created needs nothing, like an exists watch.
 pub(super) fn add(
+    tree: &DataTree,
     watches: &mut WatchRegistry,
     conn: ConnId,
+    ids: &[AuthId],
     r: &pb::AddWatchRequest,
 ) -> Result<Option<Res>, Failure> {
+    super::acl::require(tree, &r.path, warden_protocol::perms::READ, ids)?;
     let kind = match AddWatchMode::try_from(r.mode) {
         Ok(AddWatchMode::Persistent) => WatchKind::Persistent,
         Ok(AddWatchMode::PersistentRecursive) => WatchKind::PersistentRecursive,

@@ -39,11 +39,14 @@
 //! not either). They are derived data: a snapshot does not store them and
 //! [`DataTree::from_snapshot`] rebuilds them.
 
+pub mod acl;
 mod invariants;
 mod node;
 mod snapshot;
 mod txn;
 
+#[cfg(test)]
+mod acl_tests;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
@@ -172,6 +175,11 @@ impl DataTree {
         self.nodes
             .get(path)
             .map(|n| (n.children.iter().cloned().collect(), n.stat()))
+    }
+
+    /// The ACL of `path`, borrowed (for permission checks).
+    pub fn node_acl(&self, path: &str) -> Option<&[Acl]> {
+        self.nodes.get(path).map(|n| n.acl.as_slice())
     }
 
     pub fn acl(&self, path: &str) -> Option<(Vec<Acl>, Stat)> {

@@ -1442,6 +1442,7 @@ fn a_write_older_than_the_sessions_latest_is_stale_and_changes_nothing() {
             kind: Some(Kind::Create(create(path))),
             session_id: 9,
             xid,
+            ..Default::default()
         };
         let applied = log.tree.apply(log.zxid, 1_000, &txn);
         if !matches!(

@@ -17,12 +17,12 @@
 use std::fmt;
 
 use warden_protocol::pb::{Acl, ErrorCode, EventType, Stat};
-use warden_protocol::{path, DATA_BYTES_MAX};
+use warden_protocol::{path, perms, DATA_BYTES_MAX};
 
 use super::node::Node;
 use super::{DataTree, ROOT};
 use crate::proto::{
-    multi_txn_op, txn, CheckTxn, CloseSessionTxn, CreateSessionTxn, CreateTxn, DeleteTxn,
+    multi_txn_op, txn, AuthId, CheckTxn, CloseSessionTxn, CreateSessionTxn, CreateTxn, DeleteTxn,
     GuardedDeleteTxn, MultiTxn, SetAclTxn, SetDataTxn, Txn,
 };
 
@@ -157,6 +157,8 @@ struct Ctx {
     time_ms: i64,
     undo: Vec<Undo>,
     triggers: Vec<Trigger>,
+    /// The requester's identities; `None`: not checked (see `Txn.auth`).
+    auth: Option<Vec<AuthId>>,
 }
 
 impl Ctx {
@@ -165,6 +167,19 @@ impl Ctx {
             path: path.to_string(),
             event,
         });
+    }
+
+    /// NoAuth at `path` unless the requester holds `perm` under `acl`.
+    /// Checked here, where the write applies, against this replica's own
+    /// state, so a server with a stale view cannot let through what the
+    /// log's order refuses.
+    fn authorize(&self, acl: &[Acl], perm: u32, path: &str) -> Result<(), TreeError> {
+        match &self.auth {
+            Some(ids) if !super::acl::allowed(acl, ids, perm) => {
+                Err(TreeError::new(ErrorCode::NoAuth, path))
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -204,6 +219,7 @@ impl DataTree {
             time_ms,
             undo: Vec::new(),
             triggers: Vec::new(),
+            auth: txn.auth.as_ref().map(|a| a.ids.clone()),
         };
         if let Some(response) = self.recent_result(txn.session_id, txn.xid) {
             self.applied_index = zxid;
@@ -353,6 +369,9 @@ impl DataTree {
         let Some(parent) = self.nodes.get(parent_path) else {
             return fail(ErrorCode::NoNode);
         };
+        // Before the existence checks, as in ZooKeeper: who may not create
+        // here learns nothing about what is there.
+        ctx.authorize(&parent.acl, perms::CREATE, requested)?;
         if parent.ephemeral_owner != 0 {
             return fail(ErrorCode::NoChildrenForEphemerals);
         }
@@ -412,6 +431,12 @@ impl DataTree {
         if p == ROOT {
             return Err(TreeError::new(ErrorCode::BadArguments, p));
         }
+        // DELETE is the parent's to grant, and is checked before the node
+        // is looked up, as in ZooKeeper.
+        let Some(parent) = self.nodes.get(path::parent(p)) else {
+            return Err(TreeError::new(ErrorCode::NoNode, p));
+        };
+        ctx.authorize(&parent.acl, perms::DELETE, p)?;
         let Some(node) = self.nodes.get(p) else {
             return Err(TreeError::new(ErrorCode::NoNode, p));
         };
@@ -435,6 +460,7 @@ impl DataTree {
         let Some(node) = self.nodes.get_mut(p) else {
             return Err(TreeError::new(ErrorCode::NoNode, p));
         };
+        ctx.authorize(&node.acl, perms::WRITE, p)?;
         check_version(t.version, node.version, ErrorCode::BadVersion, p)?;
 
         let old_data = std::mem::replace(&mut node.data, t.data.clone());
@@ -465,6 +491,7 @@ impl DataTree {
         let Some(node) = self.nodes.get_mut(p) else {
             return Err(TreeError::new(ErrorCode::NoNode, p));
         };
+        ctx.authorize(&node.acl, perms::ADMIN, p)?;
         check_version(t.aversion, node.aversion, ErrorCode::BadVersion, p)?;
 
         let old_acl = std::mem::replace(&mut node.acl, t.acl.clone());
@@ -477,12 +504,14 @@ impl DataTree {
         Ok(node.stat())
     }
 
-    fn check(&self, t: &CheckTxn) -> Result<(), TreeError> {
+    /// A multi's version check reads the node: READ, as in ZooKeeper.
+    fn check(&self, ctx: &Ctx, t: &CheckTxn) -> Result<(), TreeError> {
         let p = t.path.as_str();
         valid_path(p)?;
         let Some(node) = self.nodes.get(p) else {
             return Err(TreeError::new(ErrorCode::NoNode, p));
         };
+        ctx.authorize(&node.acl, perms::READ, p)?;
         check_version(t.version, node.version, ErrorCode::BadVersion, p)
     }
 
@@ -503,7 +532,7 @@ impl DataTree {
                 Some(multi_txn_op::Op::SetData(s)) => self
                     .set_data(ctx, s)
                     .map(|stat| OpOutcome::SetData { stat }),
-                Some(multi_txn_op::Op::Check(c)) => self.check(c).map(|()| OpOutcome::Check),
+                Some(multi_txn_op::Op::Check(c)) => self.check(ctx, c).map(|()| OpOutcome::Check),
                 // An op with no kind (a newer proposer, or a corrupt entry)
                 // cannot be applied, so neither can the multi.
                 None => Err(TreeError::new(ErrorCode::BadArguments, "")),

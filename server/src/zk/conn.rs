@@ -31,9 +31,9 @@ use super::jute::{Reader, Writer};
 use super::proto::{self, opcode, Reply};
 use crate::conn::FLUSH_TIMEOUT;
 use crate::core::{CoreMsg, Door, OUTBOUND_FRAMES_MAX};
-use crate::tls::Stream;
 use crate::limits::{Limit, Limiter};
 use crate::outbound;
+use crate::tls::Stream;
 use crate::watch::ConnId;
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -49,7 +49,7 @@ fn codec() -> LengthDelimitedCodec {
 enum Pending {
     /// Forwarded to the core: encode its response for this opcode.
     Core { xid: i32, reply: Reply },
-    /// Answered by the door itself (auth, unsupported): the error code.
+    /// Answered by the door itself (unsupported, malformed): the error code.
     Local { xid: i32, err: i32 },
 }
 
@@ -226,11 +226,6 @@ async fn on_request(
         return Err(());
     };
     let rest = &body[body.len() - r.remaining()..];
-    if op == opcode::AUTH {
-        // ACLs are stored but not enforced yet: every identity is accepted.
-        pending.push_back(Pending::Local { xid, err: 0 });
-        return Ok(());
-    }
     match proto::decode_request(op, rest) {
         Ok((request_op, reply)) => {
             pending.push_back(Pending::Core { xid, reply });
@@ -297,6 +292,13 @@ async fn write_frame(
             let mut w = Writer::default();
             w.int(xid).long(resp.zxid as i64).int(err);
             w.buf.extend_from_slice(&body.buf);
+            if reply == Reply::Plain(opcode::AUTH) && err != 0 {
+                // ZooKeeper answers a failed auth with AuthFailed and
+                // closes the connection; its clients expect exactly that.
+                debug!(message = %resp.message, "auth failed; closing the connection");
+                let _ = writer.send(w.buf.freeze()).await;
+                return false;
+            }
             w.buf
         }
         Some(Push::WatchEvent(e)) => proto::encode_event(&e).buf,

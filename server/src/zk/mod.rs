@@ -24,8 +24,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::core::CoreMsg;
-use crate::tls::Stream;
 use crate::limits::Limiter;
+use crate::tls::Stream;
 use crate::watch::ConnId;
 
 /// Accepts ZooKeeper clients until `stop`. Connection ids come from

@@ -69,6 +69,7 @@ pub fn zk_code(code: ErrorCode) -> i32 {
         ErrorCode::NotEmpty => -111,
         ErrorCode::SessionExpired => -112,
         ErrorCode::InvalidAcl => -114,
+        ErrorCode::AuthFailed => -115,
         ErrorCode::SessionMoved => -118,
         ErrorCode::NoWatcher => -121,
         ErrorCode::Throttled => -127,
@@ -245,6 +246,14 @@ pub fn decode_request(op: i32, body: &[u8]) -> Result<(Op, Reply), DecodeError> 
             path: r.string("path")?,
         }),
         opcode::PING => Op::Ping(pb::PingRequest {}),
+        // AuthPacket: an unused type, the scheme, the credentials.
+        opcode::AUTH => {
+            let _type = r.int("type")?;
+            Op::Auth(pb::AuthRequest {
+                scheme: r.string("scheme")?,
+                auth: r.buffer("auth")?,
+            })
+        }
         opcode::CLOSE_SESSION => Op::Close(pb::CloseRequest {}),
         opcode::SET_WATCHES | opcode::SET_WATCHES2 => {
             let relative_zxid = r.long("relativeZxid")?.max(0) as u64;
