@@ -575,3 +575,71 @@ async fn peers_without_the_cluster_certificate_cannot_join_or_disturb_it() {
     assert!(!m4.voter);
     assert!(!status.members.iter().any(|m| m.term > term));
 }
+
+/// The x509 ACL scheme end to end: a node whose ACL names a certificate
+/// subject is open to the client presenting that certificate and to no
+/// one else, whatever else they present.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x509_acls_follow_the_client_certificate() {
+    use warden_client::{perms, Acl};
+    let certs = TlsCerts::generate(&["node"], &["alice", "bob"]);
+    let server = tls_server(&certs, &[]);
+    let alice = connect_tls(server.addr(), tls(&certs, Some("alice"))).await;
+    let bob = connect_tls(server.addr(), tls(&certs, Some("bob"))).await;
+    let nobody = connect_tls(server.addr(), tls(&certs, None)).await;
+
+    // `auth` expands to the creator's certificate identity.
+    alice
+        .create(
+            "/alice-only",
+            b"secret",
+            CreateOptions::persistent().acl(vec![Acl {
+                perms: perms::ALL,
+                scheme: "auth".into(),
+                id: String::new(),
+            }]),
+        )
+        .await
+        .unwrap();
+    let (acl, _) = alice.get_acl("/alice-only").await.unwrap();
+    assert_eq!(
+        acl.iter()
+            .map(|a| format!("{}:{}", a.scheme, a.id))
+            .collect::<Vec<_>>(),
+        vec!["x509:CN=alice".to_string()]
+    );
+    assert_eq!(alice.get_data("/alice-only").await.unwrap().0, b"secret");
+    alice.set_data("/alice-only", b"still", None).await.unwrap();
+
+    for (who, c) in [("bob", &bob), ("no certificate", &nobody)] {
+        let e = c.get_data("/alice-only").await.unwrap_err();
+        assert_eq!(e.code(), ErrorCode::NoAuth, "{who}: {e:?}");
+        assert!(e.to_string().contains("READ not granted"), "{who}: {e}");
+        let e = c.set_data("/alice-only", b"mine", None).await.unwrap_err();
+        assert_eq!(e.code(), ErrorCode::NoAuth, "{who}: {e:?}");
+        // A digest identity named like the subject is not the subject.
+        c.add_auth("digest", b"CN=alice:pw").await.unwrap();
+        let e = c.get_data("/alice-only").await.unwrap_err();
+        assert_eq!(e.code(), ErrorCode::NoAuth, "{who}: {e:?}");
+    }
+
+    // An explicit x509 entry works the same way, for another subject.
+    alice
+        .create(
+            "/for-bob",
+            b"",
+            CreateOptions::persistent().acl(vec![Acl {
+                perms: perms::READ | perms::WRITE,
+                scheme: "x509".into(),
+                id: "CN=bob".into(),
+            }]),
+        )
+        .await
+        .unwrap();
+    bob.set_data("/for-bob", b"bob was here", None)
+        .await
+        .unwrap();
+    let e = alice.get_data("/for-bob").await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::NoAuth, "{e:?}");
+    assert_eq!(alice.get_data("/alice-only").await.unwrap().0, b"still");
+}
