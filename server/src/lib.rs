@@ -15,6 +15,8 @@
 pub mod config;
 pub mod conn;
 pub mod core;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod local_cluster;
 pub mod opmetrics;
