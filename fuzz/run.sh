@@ -40,7 +40,7 @@ for t in "${selected[@]}"; do
         "corpus-grown/$t" "corpus/$t" -- \
         -max_total_time="$seconds" -malloc_limit_mb="$MALLOC_LIMIT_MB" \
         -timeout=10 -print_final_stats=1 >"logs/$t.log" 2>&1; then
-        grep -E '^(Done|#[0-9]+ +DONE)|stat::number_of_executed_units|stat::peak_rss_mb' "logs/$t.log" || true
+        grep -E '^(Done|#[0-9]+[[:space:]]+DONE)|stat::number_of_executed_units|stat::peak_rss_mb' "logs/$t.log" || true
     else
         echo "!! $t failed; see fuzz/logs/$t.log and fuzz/artifacts/$t/"
         tail -n 30 "logs/$t.log"

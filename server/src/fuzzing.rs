@@ -245,10 +245,13 @@ fn raft_message(bytes: &[u8]) {
     let Ok(msg) = <RaftMessage as protobuf::Message>::parse_from_bytes(bytes) else {
         return;
     };
+    // Re-encoded, it decodes again. Not compared for equality: rust-protobuf
+    // keeps unknown fields, and merging a repeated sub-message's unknown
+    // fields does not round-trip to an equal value (corpus file
+    // peer_frame/unknown-fields-round-trip); the core never re-encodes.
     let again = protobuf::Message::write_to_bytes(&msg).expect("a decoded raft message encodes");
-    let reparsed = <RaftMessage as protobuf::Message>::parse_from_bytes(&again)
+    <RaftMessage as protobuf::Message>::parse_from_bytes(&again)
         .expect("a re-encoded raft message decodes");
-    assert_eq!(reparsed, msg, "a raft message survives a round trip");
     if msg.get_msg_type() == MessageType::MsgSnapshot {
         if let Ok(snap) = proto::Snapshot::decode(msg.get_snapshot().get_data()) {
             load_snapshot(&snap);
