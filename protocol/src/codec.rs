@@ -13,10 +13,12 @@ use tokio_util::codec::{Decoder, Encoder};
 use crate::FRAME_BYTES_MAX;
 
 const LEN_BYTES: usize = 4;
-/// Most room reserved ahead for a body still arriving: the buffer grows
-/// with what the peer actually sends, so announcing a large frame and then
-/// trickling bytes pins no more memory than was sent.
-const RESERVE_BYTES_MAX: usize = 64 * 1024;
+/// Most the decoder reserves for a frame's bytes that have not arrived.
+/// A length prefix is a claim, not bytes: a peer that announces a frame of
+/// the maximum size and then sends nothing must not make us allocate it
+/// (the peer link allows 1 GiB frames). A larger frame grows the buffer as
+/// its bytes come in, by amortized doubling.
+pub const RESERVE_AHEAD_BYTES_MAX: usize = 64 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
@@ -70,7 +72,7 @@ impl<In: prost::Message + Default, Out> Decoder for FrameCodec<In, Out> {
             });
         }
         if src.len() < LEN_BYTES + len {
-            src.reserve((LEN_BYTES + len - src.len()).min(RESERVE_BYTES_MAX));
+            src.reserve((LEN_BYTES + len - src.len()).min(RESERVE_AHEAD_BYTES_MAX));
             return Ok(None);
         }
         src.advance(LEN_BYTES);
@@ -133,6 +135,40 @@ mod tests {
         );
     }
 
+    /// Found by the `peer_frame` fuzz target: the first bytes of a peer
+    /// frame read as a length prefix (135 MB) made the decoder reserve the
+    /// whole announced frame before a byte of it had arrived.
+    #[test]
+    fn an_announced_frame_is_not_reserved_before_it_arrives() {
+        let mut codec = FrameCodec::<pb::ClientFrame, pb::ClientFrame>::with_limit(1 << 30);
+        let mut buf =
+            BytesMut::from(&[0x08, 0x08, 0x10, 0x02, 0x18, 0x01, 0x20, 0x03, 0x40, 0x07][..]);
+        assert!(codec.decode(&mut buf).unwrap().is_none());
+        assert!(
+            buf.capacity() <= 2 * RESERVE_AHEAD_BYTES_MAX,
+            "reserved {} bytes for a frame that has not arrived",
+            buf.capacity()
+        );
+    }
+
+    #[test]
+    fn a_frame_larger_than_the_reserve_arrives_in_pieces() {
+        let mut client = ClientSide::new();
+        let mut server = ServerSide::new();
+        let frame = get_frame(9, format!("/{}", "x".repeat(4 * RESERVE_AHEAD_BYTES_MAX)));
+        let mut whole = BytesMut::new();
+        client.encode(frame.clone(), &mut whole).unwrap();
+        let mut buf = BytesMut::new();
+        let mut decoded = None;
+        for piece in whole.chunks(8 * 1024) {
+            assert!(decoded.is_none(), "decoded before the last piece");
+            buf.extend_from_slice(piece);
+            decoded = server.decode(&mut buf).unwrap();
+        }
+        assert_eq!(decoded, Some(frame));
+        assert!(buf.is_empty());
+    }
+
     #[test]
     fn an_announced_frame_reserves_little_until_it_arrives() {
         let mut codec = ServerSide::new();
@@ -141,7 +177,7 @@ mod tests {
         buf.put_u8(1);
         assert!(codec.decode(&mut buf).unwrap().is_none());
         assert!(
-            buf.capacity() <= 2 * RESERVE_BYTES_MAX,
+            buf.capacity() <= 2 * RESERVE_AHEAD_BYTES_MAX,
             "{}",
             buf.capacity()
         );

@@ -16,6 +16,8 @@ pub mod auth;
 pub mod config;
 pub mod conn;
 pub mod core;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod limits;
 pub mod local_cluster;

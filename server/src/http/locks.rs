@@ -237,8 +237,8 @@ fn api_message(e: &warden_client::Error) -> String {
 }
 
 /// Which body contract a request came in by.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Contract {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Contract {
     /// `/api/v1/locks/{name}/...`
     Path,
     /// `/api/v1/locks/acquire` etc., name in `lock_key`.
@@ -250,7 +250,7 @@ fn bad(message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, message)
 }
 
-fn parse_body(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
+fn parse_body(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(bad("the body must be a JSON object")),
@@ -342,6 +342,53 @@ fn lock_name(
     Ok(name)
 }
 
+/// An acquire's body, checked: (name, client id, ttl, wait). Pure, so the
+/// fuzzer reaches it without a server (`crate::fuzzing`).
+pub(crate) fn parse_acquire(
+    contract: Contract,
+    path: Option<String>,
+    body: &[u8],
+) -> Result<(String, String, Duration, Duration), ApiError> {
+    let body = parse_body(body)?;
+    let name = lock_name(contract, path, &body)?;
+    let client_id = client_id(&body)?;
+    let ttl = ttl(&body, &["ttl_ms", "lease_time_ms"])?;
+    let wait_ms = optional_u64(&body, &["wait_timeout_ms", "block_time_ms"])?.unwrap_or(0);
+    if wait_ms > WAIT_TIMEOUT_MS_MAX {
+        return Err(bad(format!(
+            "wait_timeout_ms must be at most {WAIT_TIMEOUT_MS_MAX} ms, not {wait_ms}"
+        )));
+    }
+    Ok((name, client_id, ttl, Duration::from_millis(wait_ms)))
+}
+
+/// A renew's body, checked: (name, client id, fencing token, ttl).
+pub(crate) fn parse_renew(
+    contract: Contract,
+    path: Option<String>,
+    body: &[u8],
+) -> Result<(String, String, u64, Duration), ApiError> {
+    let body = parse_body(body)?;
+    let name = lock_name(contract, path, &body)?;
+    let client_id = client_id(&body)?;
+    let token = required_u64(&body, &["fencing_token"])?;
+    let ttl = ttl(&body, &["ttl_ms", "extend_time_ms", "lease_time_ms"])?;
+    Ok((name, client_id, token, ttl))
+}
+
+/// A release's body, checked: (name, client id, fencing token).
+pub(crate) fn parse_release(
+    contract: Contract,
+    path: Option<String>,
+    body: &[u8],
+) -> Result<(String, String, u64), ApiError> {
+    let body = parse_body(body)?;
+    let name = lock_name(contract, path, &body)?;
+    let client_id = client_id(&body)?;
+    let token = required_u64(&body, &["fencing_token"])?;
+    Ok((name, client_id, token))
+}
+
 /// Maps a recipe failure to a status; `stale` is the status for a token
 /// that does not hold the lock.
 async fn recipe_error(http: &Http, e: RecipeError, stale: StatusCode) -> Response {
@@ -382,23 +429,7 @@ async fn do_acquire(
     path: Option<String>,
     body: Bytes,
 ) -> Response {
-    let body = match parse_body(&body) {
-        Ok(b) => b,
-        Err(r) => return r.into_response(),
-    };
-    let args = (|| -> Result<_, ApiError> {
-        let name = lock_name(contract, path, &body)?;
-        let client_id = client_id(&body)?;
-        let ttl = ttl(&body, &["ttl_ms", "lease_time_ms"])?;
-        let wait_ms = optional_u64(&body, &["wait_timeout_ms", "block_time_ms"])?.unwrap_or(0);
-        if wait_ms > WAIT_TIMEOUT_MS_MAX {
-            return Err(bad(format!(
-                "wait_timeout_ms must be at most {WAIT_TIMEOUT_MS_MAX} ms, not {wait_ms}"
-            )));
-        }
-        Ok((name, client_id, ttl, Duration::from_millis(wait_ms)))
-    })();
-    let (name, client_id, ttl, wait) = match args {
+    let (name, client_id, ttl, wait) = match parse_acquire(contract, path, &body) {
         Ok(a) => a,
         Err(r) => return r.into_response(),
     };
@@ -447,18 +478,7 @@ async fn do_renew(
     path: Option<String>,
     body: Bytes,
 ) -> Response {
-    let body = match parse_body(&body) {
-        Ok(b) => b,
-        Err(r) => return r.into_response(),
-    };
-    let args = (|| -> Result<_, ApiError> {
-        let name = lock_name(contract, path, &body)?;
-        let client_id = client_id(&body)?;
-        let token = required_u64(&body, &["fencing_token"])?;
-        let ttl = ttl(&body, &["ttl_ms", "extend_time_ms", "lease_time_ms"])?;
-        Ok((name, client_id, token, ttl))
-    })();
-    let (name, client_id, token, ttl) = match args {
+    let (name, client_id, token, ttl) = match parse_renew(contract, path, &body) {
         Ok(a) => a,
         Err(r) => return r.into_response(),
     };
@@ -489,17 +509,7 @@ async fn do_release(
     path: Option<String>,
     body: Bytes,
 ) -> Response {
-    let body = match parse_body(&body) {
-        Ok(b) => b,
-        Err(r) => return r.into_response(),
-    };
-    let args = (|| -> Result<_, ApiError> {
-        let name = lock_name(contract, path, &body)?;
-        let client_id = client_id(&body)?;
-        let token = required_u64(&body, &["fencing_token"])?;
-        Ok((name, client_id, token))
-    })();
-    let (name, client_id, token) = match args {
+    let (name, client_id, token) = match parse_release(contract, path, &body) {
         Ok(a) => a,
         Err(r) => return r.into_response(),
     };

@@ -8,7 +8,7 @@
 //! pipeline behind it. This module must never touch the tree directly.
 
 mod health;
-mod locks;
+pub(crate) mod locks;
 mod metrics;
 mod tls;
 

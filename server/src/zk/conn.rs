@@ -38,7 +38,7 @@ use crate::watch::ConnId;
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-fn codec() -> LengthDelimitedCodec {
+pub(crate) fn codec() -> LengthDelimitedCodec {
     LengthDelimitedCodec::builder()
         .length_field_length(4)
         .max_frame_length(FRAME_BYTES_MAX)
