@@ -535,10 +535,32 @@ impl Core {
     }
 
     /// A frame from a peer.
+    ///
+    /// Only members (configured peers, or added by a conf change) are
+    /// heard: a frame naming another sender is dropped, so an unknown
+    /// process can neither grow the peer table nor touch sessions. This is
+    /// hygiene, not authentication: without TLS anyone who reaches the peer
+    /// port can claim a member's id (mutual TLS is what keeps them out).
     fn on_peer(&mut self, frame: PeerFrame) {
+        let from = frame.from;
+        if from == self.m.node_id
+            || (self.m.transport.addr_of(from).is_none()
+                && !self.m.tree.members().contains_key(&from))
+        {
+            debug!(from, "frame from a node that is not a member; dropped");
+            return;
+        }
         match frame.kind {
             Some(peer_frame::Kind::Raft(bytes)) => {
                 match <RaftMessage as protobuf::Message>::parse_from_bytes(&bytes) {
+                    Ok(msg) if msg.from != from || msg.to != self.m.node_id => {
+                        debug!(
+                            from,
+                            msg_from = msg.from,
+                            msg_to = msg.to,
+                            "raft message with another sender or recipient; dropped"
+                        );
+                    }
                     Ok(msg) => {
                         if let Err(e) = self.raft.step(msg) {
                             debug!(from = frame.from, error = %e, "raft message refused");

@@ -478,6 +478,62 @@ async fn forged_raft_frames_do_disturb_a_plaintext_cluster() {
     }
 }
 
+/// Without TLS, frames naming a sender that is not a member, or a raft
+/// message whose sender or recipient differs from the frame's, are dropped
+/// (hygiene, not authentication: a member's id can still be claimed, as
+/// the control above shows).
+#[tokio::test]
+async fn frames_from_non_members_are_dropped() {
+    let cluster = Cluster::start(3);
+    let c = Client::connect(&cluster.servers(), opts()).await.unwrap();
+    let max_term = || async {
+        let status = c.cluster_status().await.unwrap();
+        status
+            .members
+            .iter()
+            .map(|m| m.term)
+            .max()
+            .unwrap_or_default()
+    };
+    let before = max_term().await;
+    for i in cluster.node_ids() {
+        let mut s = TcpStream::connect(cluster.peer_addr(i)).unwrap();
+        // A stranger (id 99), then a member's frame carrying a raft
+        // message of a stranger: both dropped...
+        s.write_all(&forged_heartbeat(99, i as u64, before + 100))
+            .unwrap();
+        let mut spoofed = forged_heartbeat(99, i as u64, before + 100);
+        let member = if i == 1 { 2 } else { 1 };
+        let body = PeerFrame::decode(&spoofed[4..]).unwrap();
+        spoofed = PeerFrame {
+            from: member,
+            ..body
+        }
+        .encode_to_vec();
+        let mut framed = (spoofed.len() as u32).to_be_bytes().to_vec();
+        framed.extend_from_slice(&spoofed);
+        s.write_all(&framed).unwrap();
+        // ...then a member's own frame, which is heard: once its term
+        // shows, everything sent before it on this connection was handled.
+        s.write_all(&forged_heartbeat(member, i as u64, before + 50))
+            .unwrap();
+        s.flush().unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while max_term().await < before + 50 {
+        assert!(
+            Instant::now() < deadline,
+            "the member's frame was not heard"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = max_term().await;
+    assert!(
+        after < before + 100,
+        "a non-member's frame moved the term to {after} (from {before})"
+    );
+}
+
 #[tokio::test]
 async fn peers_without_the_cluster_certificate_cannot_join_or_disturb_it() {
     let certs = TlsCerts::generate(&["node"], &["alice"]);
