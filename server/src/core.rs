@@ -1490,7 +1490,36 @@ impl Machine {
 
     fn fire(&mut self, applied: &Applied, zxid: u64) {
         for t in &applied.triggers {
-            let conns = self.watches.fire(t.event, &t.path);
+            let (mut conns, below) = self.watches.fire_split(t.event, &t.path);
+            // Heard only through a recursive watch on an ancestor: only if
+            // the client may read the node (ZooKeeper 3.8.4), judged by the
+            // ACL it has now, or had when it was deleted.
+            if !below.is_empty() {
+                let deleted = || {
+                    applied
+                        .deleted_acls
+                        .iter()
+                        .rev()
+                        .find(|(p, _)| *p == t.path)
+                        .map(|(_, acl)| acl.as_slice())
+                };
+                let acl = match t.event {
+                    pb::EventType::NodeDeleted => deleted(),
+                    _ => self.tree.node_acl(&t.path).or_else(deleted),
+                }
+                .map(<[_]>::to_vec);
+                for conn in below {
+                    // A node found nowhere (cannot happen) is not revealed.
+                    let may_read = acl.as_ref().is_some_and(|acl| {
+                        self.conns.get(&conn).is_some_and(|c| {
+                            crate::tree::acl::allowed(acl, &c.ids, warden_protocol::perms::READ)
+                        })
+                    });
+                    if may_read {
+                        conns.insert(conn);
+                    }
+                }
+            }
             for conn in conns {
                 self.push(
                     conn,

@@ -186,7 +186,23 @@ impl WatchRegistry {
     /// The connections to notify of `event` on `path`, each once, in a
     /// stable order. One-shot watches that fire are removed.
     pub fn fire(&mut self, event: EventType, path: &str) -> BTreeSet<ConnId> {
+        let (mut out, below) = self.fire_split(event, path);
+        out.extend(below);
+        out
+    }
+
+    /// [`fire`](Self::fire), split in two: the connections watching `path`
+    /// itself, and those that hear of it only through a recursive watch on
+    /// an ancestor (whose read permission on `path` the caller checks, as
+    /// ZooKeeper 3.8.4 does: a recursive watch must not reveal nodes its
+    /// client may not read).
+    pub fn fire_split(
+        &mut self,
+        event: EventType,
+        path: &str,
+    ) -> (BTreeSet<ConnId>, BTreeSet<ConnId>) {
         let mut out = BTreeSet::new();
+        let mut below = BTreeSet::new();
         match event {
             EventType::NodeCreated | EventType::NodeDataChanged => {
                 self.take_oneshot(WatchKind::Data, path, &mut out);
@@ -198,19 +214,22 @@ impl WatchRegistry {
             EventType::NodeChildrenChanged => {
                 self.take_oneshot(WatchKind::Child, path, &mut out);
             }
-            EventType::Unspecified => return out,
+            EventType::Unspecified => return (out, below),
         }
         if let Some(conns) = self.watchers(WatchKind::Persistent, path) {
             out.extend(conns.iter().copied());
         }
         if event != EventType::NodeChildrenChanged {
-            for p in std::iter::once(path).chain(path::ancestors(path)) {
+            if let Some(conns) = self.watchers(WatchKind::PersistentRecursive, path) {
+                out.extend(conns.iter().copied());
+            }
+            for p in path::ancestors(path) {
                 if let Some(conns) = self.watchers(WatchKind::PersistentRecursive, p) {
-                    out.extend(conns.iter().copied());
+                    below.extend(conns.iter().copied().filter(|c| !out.contains(c)));
                 }
             }
         }
-        out
+        (out, below)
     }
 
     fn watchers(&self, kind: WatchKind, path: &str) -> Option<&HashSet<ConnId>> {

@@ -415,3 +415,63 @@ async fn membership_changes_need_admin_on_the_root() {
         .await
         .unwrap();
 }
+
+/// A recursive watch does not reveal nodes its client may not read
+/// (ZooKeeper 3.8.4): a change to a node reaches a recursive watch on an
+/// ancestor only if its client may read the node (a deleted node: under
+/// the ACL it had).
+#[tokio::test]
+async fn recursive_watches_hear_only_what_their_client_may_read() {
+    let (server, _dir) = secured();
+    let admin = as_user(&server, "admin:root-pw").await;
+    let alice = as_user(&server, "alice:alice-pw").await;
+    let bob = as_user(&server, "bob:bob-pw").await;
+    admin
+        .create("/app", b"", CreateOptions::persistent())
+        .await
+        .unwrap();
+    let mut alice_events = alice.watch("/app", true).await.unwrap();
+    let mut bob_events = bob.watch("/app", true).await.unwrap();
+
+    // Only bob may read /app/secret; everyone may read /app/public.
+    admin
+        .create(
+            "/app/secret",
+            b"s",
+            with_acl(vec![acl("digest", &bob_id(), perms::ALL)]),
+        )
+        .await
+        .unwrap();
+    admin.set_data("/app/secret", b"t", None).await.unwrap();
+    admin.delete("/app/secret", None).await.unwrap();
+    admin
+        .create("/app/public", b"p", CreateOptions::persistent())
+        .await
+        .unwrap();
+
+    use warden_client::EventType::*;
+    // Bob hears all of it, in order.
+    for expected in [
+        (NodeCreated, "/app/secret"),
+        (NodeDataChanged, "/app/secret"),
+        (NodeDeleted, "/app/secret"),
+        (NodeCreated, "/app/public"),
+    ] {
+        let got = next_event(&mut bob_events).await;
+        assert_eq!((got.0, got.1.as_str()), expected);
+    }
+    // Alice hears nothing of the secret node, not even its deletion:
+    // her first event is the public node.
+    let got = next_event(&mut alice_events).await;
+    assert_eq!((got.0, got.1.as_str()), (NodeCreated, "/app/public"));
+}
+
+async fn next_event(w: &mut warden_client::PersistentWatch) -> (warden_client::EventType, String) {
+    use futures::StreamExt;
+    let e = tokio::time::timeout(DEADLINE, w.next())
+        .await
+        .expect("an event within the deadline")
+        .expect("watch open")
+        .expect("watch event");
+    (e.event_type, e.path)
+}

@@ -66,6 +66,9 @@ pub struct Trigger {
 pub struct Applied {
     pub result: TxnResult,
     pub triggers: Vec<Trigger>,
+    /// The ACL each deleted node had (path, ACL), in order: who may hear of
+    /// a deletion through a recursive watch is judged by it.
+    pub deleted_acls: Vec<(String, Vec<Acl>)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -226,6 +229,7 @@ impl DataTree {
             return Applied {
                 result: TxnResult::Duplicate { response },
                 triggers: Vec::new(),
+                deleted_acls: Vec::new(),
             };
         }
         if let Some(latest_xid) = self.later_write(txn.session_id, txn.xid) {
@@ -233,6 +237,7 @@ impl DataTree {
             return Applied {
                 result: TxnResult::Stale { latest_xid },
                 triggers: Vec::new(),
+                deleted_acls: Vec::new(),
             };
         }
         let result = match &txn.kind {
@@ -251,9 +256,20 @@ impl DataTree {
         // Outside a multi an operation fails before it changes anything, so
         // its undo records are simply dropped here.
         self.applied_index = zxid;
+        // What is left of the undo log is what this entry did (a failed
+        // multi has replayed and emptied it).
+        let deleted_acls = ctx
+            .undo
+            .iter()
+            .filter_map(|u| match u {
+                Undo::Removed { path, node } => Some((path.clone(), node.acl.clone())),
+                _ => None,
+            })
+            .collect();
         Applied {
             result,
             triggers: ctx.triggers,
+            deleted_acls,
         }
     }
 
