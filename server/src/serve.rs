@@ -175,12 +175,14 @@ pub async fn serve(
             core_tx.clone(),
             client,
             stop_peers.clone(),
-            op_metrics,
+            op_metrics.clone(),
             cfg.tls.clone(),
             crate::http::GatewayAuth {
                 tokens: cfg.http_tokens.clone(),
                 lock_acl: cfg.http_lock_acl.clone(),
             },
+            // Counted apart from the client doors (see http/limited.rs).
+            crate::limits::Limiter::new(cfg.limits, op_metrics.clone()),
         ));
         loop {
             tokio::select! {

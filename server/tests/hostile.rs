@@ -991,3 +991,56 @@ fn garbage_on_the_peer_port() {
     }
     write(100);
 }
+
+/// One HTTP request on a fresh connection; the whole answer (the server
+/// closes after it: `Connection: close`).
+fn http_exchange(addr: &str, request: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(request).unwrap();
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+const HEALTH: &[u8] = b"GET /health HTTP/1.1\r\nHost: warden\r\nConnection: close\r\n\r\n";
+
+#[test]
+fn http_connections_per_ip_and_body_size() {
+    let server = server_with(&["--max-connections-per-ip", "3"]);
+    let good = Good::spawn(server.addr(), "http");
+    // Three idle connections take every HTTP place of this address (the
+    // HTTP door counts apart from the client doors, where `good` is).
+    let idle: Vec<TcpStream> = (0..3)
+        .map(|_| TcpStream::connect(server.http_addr()).unwrap())
+        .collect();
+    let refused = http_exchange(server.http_addr(), HEALTH);
+    assert!(
+        refused.starts_with("HTTP/1.1 429")
+            && refused.contains("LimitExceeded")
+            && refused.contains("--max-connections-per-ip"),
+        "{refused}"
+    );
+    drop(idle);
+    wait_until(Duration::from_secs(20), "a freed place is reusable", || {
+        http_exchange(server.http_addr(), HEALTH).starts_with("HTTP/1.1 200")
+    });
+
+    // A lock API body past the bound is refused before it is read whole.
+    let body = format!(
+        r#"{{"client_id":"c","ttl_ms":1000,"pad":"{}"}}"#,
+        "x".repeat(100_000)
+    );
+    let request = format!(
+        "POST /api/v1/locks/big/acquire HTTP/1.1\r\nHost: warden\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = http_exchange(server.http_addr(), request.as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(
+        http_exchange(server.http_addr(), HEALTH).starts_with("HTTP/1.1 200"),
+        "the door keeps serving"
+    );
+    good.finish();
+}

@@ -8,6 +8,7 @@
 //! pipeline behind it. This module must never touch the tree directly.
 
 mod health;
+mod limited;
 pub(crate) mod locks;
 mod metrics;
 mod tls;
@@ -16,7 +17,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -47,6 +48,9 @@ pub(crate) struct Http {
     metrics: metrics::Metrics,
 }
 
+/// Largest HTTP request body.
+pub const HTTP_BODY_BYTES_MAX: usize = 64 * 1024;
+
 /// Serves HTTP on `listener` until `stop` is cancelled. `client` is this
 /// server's own native-protocol address, which the lock gateway dials.
 /// With `tls`, HTTPS only (and the gateway dials with TLS too).
@@ -58,6 +62,7 @@ pub async fn serve(
     op_metrics: crate::opmetrics::OpMetrics,
     tls: Option<crate::tls::Tls>,
     auth: GatewayAuth,
+    limiter: crate::limits::Limiter,
 ) {
     let state = Arc::new(Http {
         core,
@@ -73,12 +78,13 @@ pub async fn serve(
     let stopped = stop.cancelled_owned();
     let served = match tls {
         None => {
-            axum::serve(listener, app)
+            axum::serve(limited::LimitedListener::new(listener, limiter), app)
                 .with_graceful_shutdown(stopped)
                 .await
         }
         Some(tls) => {
-            axum::serve(tls::TlsListener::new(listener, tls.clients), app)
+            let listener = tls::TlsListener::new(listener, tls.clients);
+            axum::serve(limited::LimitedListener::new(listener, limiter), app)
                 .with_graceful_shutdown(stopped)
                 .await
         }
@@ -102,6 +108,9 @@ fn router(state: Arc<Http>) -> Router {
         .route("/api/v1/locks/{name}/renew", post(locks::renew))
         .route("/api/v1/locks/{name}/release", post(locks::release))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
+        // Lock API bodies are a few hundred bytes: a bigger one is refused
+        // (413) before it is read whole.
+        .layer(DefaultBodyLimit::max(HTTP_BODY_BYTES_MAX))
         .with_state(state)
 }
 
