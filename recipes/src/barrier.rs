@@ -39,7 +39,7 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use warden_client::{Client, CreateOptions, ErrorCode, OneshotWatch};
+use warden_client::{Acl, Client, CreateOptions, ErrorCode, OneshotWatch};
 
 use crate::contender::{
     delete_node, ensure_container, expired, retry_pause, retrying, wait_watch, Woken, RETRIES_MAX,
@@ -57,6 +57,7 @@ pub struct DoubleBarrier {
     path: String,
     member_id: String,
     count: u32,
+    acl: Vec<Acl>,
 }
 
 impl DoubleBarrier {
@@ -75,7 +76,19 @@ impl DoubleBarrier {
             path: path.into(),
             member_id: member_id.into(),
             count,
+            acl: Vec::new(),
         }
+    }
+
+    /// Creates the barrier's nodes (its container, missing parents, the
+    /// member nodes and `ready`) with `acl` instead of world:anyone, like
+    /// Curator's ACL provider; an `auth` entry stands for the session's
+    /// identities. A create the ACLs refuse gets `NoAuth` naming the node.
+    /// Members need READ on the barrier node (to count), CREATE and DELETE
+    /// (to enter and leave).
+    pub fn with_acl(mut self, acl: Vec<Acl>) -> Self {
+        self.acl = acl;
+        self
     }
 
     /// The barrier's path.
@@ -143,7 +156,7 @@ impl DoubleBarrier {
         self.check_arguments()?;
         let client = &self.client;
         let ready_path = self.ready_path();
-        ensure_container(client, &self.path, &[]).await?;
+        ensure_container(client, &self.path, &[], &self.acl).await?;
         // The watch comes first: see the module comment.
         let (ready, mut ready_watch) = retrying(|| client.exists_watch(&ready_path)).await?;
         self.create_member_node().await?;
@@ -153,8 +166,14 @@ impl DoubleBarrier {
         loop {
             let members = self.members().await?;
             if members.len() >= self.count as usize {
-                match retrying(|| client.create(&ready_path, &[], CreateOptions::persistent()))
-                    .await
+                match retrying(|| {
+                    client.create(
+                        &ready_path,
+                        &[],
+                        CreateOptions::persistent().acl(self.acl.clone()),
+                    )
+                })
+                .await
                 {
                     Ok(_) => return Ok(true),
                     Err(e) if e.code() == ErrorCode::NodeExists => return Ok(true),
@@ -194,7 +213,10 @@ impl DoubleBarrier {
         let path = self.member_path();
         let mut retries = 0;
         loop {
-            match client.create(&path, &[], CreateOptions::ephemeral()).await {
+            match client
+                .create(&path, &[], CreateOptions::ephemeral().acl(self.acl.clone()))
+                .await
+            {
                 Ok(_) => return Ok(()),
                 Err(e) if e.code() == ErrorCode::NodeExists => {
                     return match retrying(|| client.exists(&path)).await? {
@@ -212,7 +234,7 @@ impl DoubleBarrier {
                 }
                 Err(e) if e.code() == ErrorCode::NoNode && retries < RETRIES_MAX => {
                     retries += 1;
-                    ensure_container(client, &self.path, &[]).await?;
+                    ensure_container(client, &self.path, &[], &self.acl).await?;
                 }
                 Err(e) if e.is_retryable() && retries < RETRIES_MAX => {
                     tokio::time::sleep(retry_pause(retries)).await;

@@ -30,6 +30,14 @@
 //! flip side is that it may vanish between our check and our create; every
 //! create here answers `NoNode` by creating the container again.
 //!
+//! # ACLs
+//!
+//! Every node created here (container, missing ancestors, contenders)
+//! gets the ACL the recipe was given; an empty one means the server's
+//! default, world:anyone. A create the ACLs refuse is not retried: the
+//! caller gets the `NoAuth` at once, naming the node. A container that
+//! exists already is fine even where the caller may not create it.
+//!
 //! Nothing here blocks forever without a watch set: every wait is on a
 //! one-shot watch (which the session's end resolves with an error) and,
 //! when the caller gave one, a deadline.
@@ -37,7 +45,7 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use warden_client::{Client, CreateOptions, ErrorCode, OneshotWatch, Stat};
+use warden_client::{Acl, Client, CreateOptions, ErrorCode, OneshotWatch, Stat};
 
 use crate::error::{Error, Result};
 
@@ -75,21 +83,35 @@ pub(crate) fn retry_pause(attempt: u32) -> Duration {
 
 /// Makes sure `path` exists, creating it (and any missing ancestor) as a
 /// container node. `data` goes into `path` only if this call creates it;
-/// ancestors get none. An existing node is left alone, whatever it holds.
-pub async fn ensure_container(client: &Client, path: &str, data: &[u8]) -> Result<()> {
+/// ancestors get none. Every node created gets `acl` (empty: world:anyone).
+/// An existing node is left alone, whatever it holds and whatever its ACL.
+pub async fn ensure_container(client: &Client, path: &str, data: &[u8], acl: &[Acl]) -> Result<()> {
     // Walk up until a create succeeds or finds the node, then back down.
     let mut missing: Vec<&str> = vec![path];
     let mut retries = 0;
     while let Some(&current) = missing.last() {
         let payload: &[u8] = if current == path { data } else { &[] };
         match client
-            .create(current, payload, CreateOptions::container())
+            .create(
+                current,
+                payload,
+                CreateOptions::container().acl(acl.to_vec()),
+            )
             .await
         {
             Ok(_) => {
                 missing.pop();
             }
             Err(e) if e.code() == ErrorCode::NodeExists => {
+                missing.pop();
+            }
+            // CREATE is checked before existence (as in ZooKeeper): a node
+            // that exists under a parent we may not create in answers
+            // NoAuth. It is there, which is all we need.
+            Err(e) if e.code() == ErrorCode::NoAuth => {
+                if retrying(|| client.exists(current)).await?.is_none() {
+                    return Err(e.into());
+                }
                 missing.pop();
             }
             Err(e) if e.code() == ErrorCode::NoNode => {
@@ -134,12 +156,13 @@ pub struct Contender {
 /// whose answer was lost is looked up by its id rather than repeated
 /// blindly. If `dir` is missing (never made, or a container the leader
 /// reaped), it is created with [`ensure_container`] holding
-/// `container_data`.
+/// `container_data`. The contender (and any node made for it) gets `acl`.
 pub async fn create_contender(
     client: &Client,
     dir: &str,
     kind: &str,
     container_data: &[u8],
+    acl: &[Acl],
 ) -> Result<Contender> {
     let id = format!("{:032x}", rand::random::<u128>());
     let own_prefix = format!("{PROTECTED_PREFIX}{id}-");
@@ -156,7 +179,11 @@ pub async fn create_contender(
     let mut retries = 0;
     loop {
         match client
-            .create(&requested, &[], CreateOptions::ephemeral_sequential())
+            .create(
+                &requested,
+                &[],
+                CreateOptions::ephemeral_sequential().acl(acl.to_vec()),
+            )
             .await
         {
             Ok((path, stat)) => {
@@ -166,7 +193,7 @@ pub async fn create_contender(
             }
             Err(e) if e.code() == ErrorCode::NoNode && retries < RETRIES_MAX => {
                 retries += 1;
-                ensure_container(client, dir, container_data).await?;
+                ensure_container(client, dir, container_data, acl).await?;
             }
             Err(e) if e.is_retryable() => {
                 // The create may have been applied: look for our id, and

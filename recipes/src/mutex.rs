@@ -606,6 +606,13 @@ async fn ensure_containers(client: &Client, lock_path: &str, acl: &[Acl]) -> Res
         {
             Ok(_) => {}
             Err(e) if e.code() == ErrorCode::NodeExists => {}
+            // CREATE is checked before existence: a level that exists under
+            // a parent we may not create in answers NoAuth, and is fine.
+            Err(e) if e.code() == ErrorCode::NoAuth => {
+                if client.exists(&at).await?.is_none() {
+                    return Err(e.into());
+                }
+            }
             // A parent vanished between our steps (an emptied container):
             // the caller's create retries and we come back here.
             Err(e) if e.code() == ErrorCode::NoNode => return Ok(()),

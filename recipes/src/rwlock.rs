@@ -39,7 +39,7 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use warden_client::{Client, ErrorCode, Stat};
+use warden_client::{Acl, Client, ErrorCode, Stat};
 
 use crate::contender::{
     create_contender, expired, kind_of, retrying, sorted_contenders, vanished, wait_watch,
@@ -76,6 +76,7 @@ impl RwLockMode {
 pub struct ReadWriteLock {
     client: Client,
     path: String,
+    acl: Vec<Acl>,
 }
 
 impl ReadWriteLock {
@@ -84,7 +85,19 @@ impl ReadWriteLock {
         ReadWriteLock {
             client,
             path: path.into(),
+            acl: Vec::new(),
         }
+    }
+
+    /// Creates the lock's nodes (its container, missing parents, and the
+    /// contenders of both sides) with `acl` instead of world:anyone, like
+    /// Curator's ACL provider; an `auth` entry stands for the session's
+    /// identities. Handles and clones made before keep theirs. A contender the ACLs
+    /// refuse gets `NoAuth` naming the node. Users need READ on the lock
+    /// node (to see the queue) and CREATE and DELETE (to queue and leave).
+    pub fn with_acl(mut self, acl: Vec<Acl>) -> Self {
+        self.acl = acl;
+        self
     }
 
     /// The lock's path.
@@ -106,6 +119,7 @@ impl ReadWriteLock {
         RwLockHandle {
             client: self.client.clone(),
             path: self.path.clone(),
+            acl: self.acl.clone(),
             mode,
         }
     }
@@ -117,6 +131,7 @@ impl ReadWriteLock {
 pub struct RwLockHandle {
     client: Client,
     path: String,
+    acl: Vec<Acl>,
     mode: RwLockMode,
 }
 
@@ -146,7 +161,8 @@ impl RwLockHandle {
 
     async fn attempt(&self, wait: Wait) -> Result<Option<RwLockGuard>> {
         let client = &self.client;
-        let contender = create_contender(client, &self.path, self.mode.kind(), &[]).await?;
+        let contender =
+            create_contender(client, &self.path, self.mode.kind(), &[], &self.acl).await?;
         // From here on, leaving by `?` or by being dropped deletes the node.
         let owner = NodeOwner::new(client.clone(), contender.path.clone());
         let deadline = wait.deadline();

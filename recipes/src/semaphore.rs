@@ -47,7 +47,7 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use warden_client::{Client, ErrorCode, Stat};
+use warden_client::{Acl, Client, ErrorCode, Stat};
 
 use crate::contender::{
     create_contender, ensure_container, expired, retrying, sorted_contenders, vanished, wait_watch,
@@ -68,6 +68,7 @@ pub struct Semaphore {
     client: Client,
     path: String,
     max_leases: u32,
+    acl: Vec<Acl>,
 }
 
 impl Semaphore {
@@ -79,7 +80,20 @@ impl Semaphore {
             client,
             path: path.into(),
             max_leases,
+            acl: Vec::new(),
         }
+    }
+
+    /// Creates the semaphore's nodes (its container, missing parents, and
+    /// the lease contenders) with `acl` instead of world:anyone, like
+    /// Curator's ACL provider; an `auth` entry stands for the session's
+    /// identities. A contender the ACLs refuse gets `NoAuth` naming the
+    /// node. Users need READ on the semaphore node (its lease count and
+    /// queue), CREATE and DELETE (to queue and leave), and WRITE (a new
+    /// holder marks its own node, which carries this ACL too).
+    pub fn with_acl(mut self, acl: Vec<Acl>) -> Self {
+        self.acl = acl;
+        self
     }
 
     /// The semaphore's path.
@@ -120,7 +134,7 @@ impl Semaphore {
             )));
         }
         let ours = self.max_leases.to_string().into_bytes();
-        ensure_container(&self.client, &self.path, &ours).await?;
+        ensure_container(&self.client, &self.path, &ours, &self.acl).await?;
         let data = match retrying(|| self.client.get_data(&self.path)).await {
             Ok((data, _)) => data,
             // Reaped between the two calls: it will be made again with ours.
@@ -149,7 +163,7 @@ impl Semaphore {
     async fn attempt(&self, wait: Wait) -> Result<Option<SemaphoreLease>> {
         let client = &self.client;
         let ours = self.check_max_leases().await?;
-        let contender = create_contender(client, &self.path, LEASE_KIND, &ours).await?;
+        let contender = create_contender(client, &self.path, LEASE_KIND, &ours, &self.acl).await?;
         let owner = NodeOwner::new(client.clone(), contender.path.clone());
         let max = self.max_leases as usize;
         let deadline = wait.deadline();

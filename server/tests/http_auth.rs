@@ -141,3 +141,56 @@ fn http_locks_401_403_200() {
     );
     assert_eq!(st, 200, "{body}");
 }
+
+/// One HTTP/1.1 GET; (status, JSON body).
+fn get(addr: &str, path: &str) -> (u16, Value) {
+    let mut stream = TcpStream::connect(addr).expect("connect to the HTTP door");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("read timeout");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(req.as_bytes()).expect("send request");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("read response");
+    let text = String::from_utf8(raw).expect("utf-8 response");
+    let (head, rest) = text.split_once("\r\n\r\n").expect("a response head");
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status code");
+    let json = match (rest.find('{'), rest.rfind('}')) {
+        (Some(a), Some(b)) => serde_json::from_str(&rest[a..=b]).unwrap_or(Value::Null),
+        _ => Value::Null,
+    };
+    (status, json)
+}
+
+/// The served OpenAPI document declares the two credential schemes and,
+/// for every lock operation, the 401 and 403 answers the test above gets.
+#[test]
+fn openapi_documents_credentials_and_refusals() {
+    let server = Server::start();
+    let (st, doc) = get(server.http_addr(), "/api/v1/openapi.json");
+    assert_eq!(st, 200, "{doc}");
+    let schemes = &doc["components"]["securitySchemes"];
+    assert_eq!(schemes["basicAuth"]["scheme"], "basic", "{schemes}");
+    assert_eq!(schemes["bearerAuth"]["scheme"], "bearer", "{schemes}");
+    let paths = doc["paths"].as_object().expect("paths");
+    let mut operations = 0;
+    for (path, item) in paths.iter().filter(|(p, _)| p.starts_with("/api/v1/locks")) {
+        for (method, op) in item.as_object().expect("a path item") {
+            operations += 1;
+            for status in ["401", "403"] {
+                assert!(
+                    op["responses"][status].is_object(),
+                    "{method} {path} does not document {status}"
+                );
+            }
+        }
+    }
+    // acquire, renew, release in both contracts, and the state.
+    assert_eq!(operations, 7);
+    let error = &doc["components"]["schemas"]["Error"];
+    assert_eq!(error["properties"]["error"]["type"], "string", "{error}");
+}
