@@ -176,13 +176,15 @@ pub async fn serve(
             client,
             stop_peers.clone(),
             op_metrics.clone(),
-            cfg.tls.clone(),
-            crate::http::GatewayAuth {
-                tokens: cfg.http_tokens.clone(),
-                lock_acl: cfg.http_lock_acl.clone(),
+            crate::http::Guard {
+                tls: cfg.tls.clone(),
+                auth: crate::http::GatewayAuth {
+                    tokens: cfg.http_tokens.clone(),
+                    lock_acl: cfg.http_lock_acl.clone(),
+                },
+                // Counted apart from the client doors (see http/limited.rs).
+                limiter: crate::limits::Limiter::new(cfg.limits, op_metrics.clone()),
             },
-            // Counted apart from the client doors (see http/limited.rs).
-            crate::limits::Limiter::new(cfg.limits, op_metrics.clone()),
         ));
         loop {
             tokio::select! {

@@ -41,6 +41,14 @@ pub struct GatewayAuth {
     pub lock_acl: Vec<warden_protocol::pb::Acl>,
 }
 
+/// How the door is guarded: TLS, who lock callers are, and the per-IP
+/// connection count.
+pub struct Guard {
+    pub tls: Option<crate::tls::Tls>,
+    pub auth: GatewayAuth,
+    pub limiter: crate::limits::Limiter,
+}
+
 /// What every handler shares.
 pub(crate) struct Http {
     core: mpsc::Sender<CoreMsg>,
@@ -60,10 +68,9 @@ pub async fn serve(
     client: SocketAddr,
     stop: CancellationToken,
     op_metrics: crate::opmetrics::OpMetrics,
-    tls: Option<crate::tls::Tls>,
-    auth: GatewayAuth,
-    limiter: crate::limits::Limiter,
+    guard: Guard,
 ) {
+    let Guard { tls, auth, limiter } = guard;
     let state = Arc::new(Http {
         core,
         locks: locks::Gateway::new(
