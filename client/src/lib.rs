@@ -52,7 +52,7 @@ mod watch;
 pub use client::Client;
 pub use error::{Error, Result};
 pub use multi::{Op, OpResult};
-pub use tls::TlsOptions;
+pub use tls::{Stream, TlsOptions};
 pub use types::{
     Acl, ConnectOptions, CreateOptions, EventType, SessionState, Stat, WatchEvent,
     CONNECT_TIMEOUT_DEFAULT, REQUEST_TIMEOUT_DEFAULT, SESSION_TIMEOUT_DEFAULT,

@@ -15,9 +15,8 @@ use std::task::{Context, Poll};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
-use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
 use crate::error::{Error, Result};
@@ -135,7 +134,7 @@ impl TlsOptions {
         self.connector
             .connect(name, tcp)
             .await
-            .map(|s| Stream::Tls(Box::new(s)))
+            .map(|s| Stream::Tls(Box::new(s.into())))
             .map_err(|e| format!("TLS handshake with {addr} failed: {}", cause(&e)))
     }
 }
@@ -165,10 +164,36 @@ fn cause(e: &io::Error) -> String {
     tls_error(e).unwrap_or_else(|| e.to_string())
 }
 
-/// A connection to a server, plain or TLS.
-pub(crate) enum Stream {
+/// A TCP connection, plain or inside TLS (either side of the handshake):
+/// what the client, and every door and peer link of the server, read and
+/// write, so their code is the same either way.
+pub enum Stream {
     Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
+    Tls(Box<tokio_rustls::TlsStream<TcpStream>>),
+}
+
+impl Stream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => s.get_ref().0,
+        }
+    }
+
+    pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
+        self.tcp().set_nodelay(nodelay)
+    }
+
+    /// Reader and writer halves that can live in different tasks.
+    pub fn into_split(self) -> (ReadHalf<Stream>, WriteHalf<Stream>) {
+        tokio::io::split(self)
+    }
+}
+
+impl From<TcpStream> for Stream {
+    fn from(s: TcpStream) -> Self {
+        Stream::Plain(s)
+    }
 }
 
 impl AsyncRead for Stream {
@@ -193,6 +218,24 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
         }
     }
 
