@@ -339,7 +339,17 @@ pub fn base_tree() -> &'static DataTree {
             serve(&mut tree, &mut watches, request_op, xid as u64 + 1);
         }
         let zxid = tree.applied_index() + 1;
-        tree.apply_member_change(zxid, 2, Some("127.0.0.1:7002"));
+        let member = crate::proto::Txn {
+            kind: Some(crate::proto::txn::Kind::MemberChange(
+                crate::proto::MemberChangeTxn {
+                    id: 2,
+                    addr: "127.0.0.1:7002".into(),
+                    removed: false,
+                },
+            )),
+            ..Default::default()
+        };
+        tree.apply(zxid, 0, &member);
         tree
     })
 }

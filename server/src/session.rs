@@ -1,16 +1,202 @@
-//! Session liveness, decided by the leader.
+//! Sessions: the handshake, liveness and expiry.
 //!
 //! The session table itself (id, password, timeout) is replicated state in
-//! the tree. What is *not* replicated is when each session was last heard
-//! from: only the leader tracks that, here, from its own monotonic clock,
-//! and when a deadline passes it proposes a `CloseSession` — it never
-//! deletes anything itself. A new leader re-arms every session with a full
-//! timeout from its own clock, so a leader change can only extend a
-//! session's life, never shorten it.
+//! the tree; a session is created and closed only by entries the tree
+//! applies. What is *not* replicated is when each session was last heard
+//! from. Only the leader tracks that ([`SessionTracker`]), from its own
+//! monotonic clock, and when a deadline passes it proposes a
+//! `CloseSession` — it never deletes anything itself. A follower collects
+//! the sessions it hears from and reports them to the leader. A new leader
+//! re-arms every session with a full timeout from its own clock, so a
+//! leader change can only extend a session's life, never shorten it.
+//!
+//! [`Sessions`] is that whole liveness side, role included; [`handshake`]
+//! decides what a connect asks for (a new session, a resume, a refusal)
+//! from the replicated table.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use warden_protocol::pb::{self, ErrorCode};
+
+use crate::limits::{self, Limit};
+use crate::proto::CreateSessionTxn;
+use crate::tree::DataTree;
+
+/// Liveness of every session, as this server's role lets it decide.
+#[derive(Debug, Default)]
+pub struct Sessions {
+    /// Deadlines: kept only while this server leads.
+    tracker: SessionTracker,
+    leader: bool,
+    /// Sessions heard from on this follower since the last report.
+    touched: HashSet<u64>,
+}
+
+impl Sessions {
+    /// The session was heard from: the leader pushes its deadline out, a
+    /// follower remembers it for its next report to the leader.
+    pub fn touch(&mut self, id: u64, now: Instant) {
+        if self.leader {
+            self.tracker.touch(id, now);
+        } else {
+            self.touched.insert(id);
+        }
+    }
+
+    /// A follower's report of sessions it heard from (ignored unless this
+    /// server leads: a follower that thinks we lead is simply wrong).
+    pub fn touched_elsewhere(&mut self, ids: impl IntoIterator<Item = u64>, now: Instant) {
+        if self.leader {
+            for id in ids {
+                self.tracker.touch(id, now);
+            }
+        }
+    }
+
+    /// The sessions to report to the leader (sorted), forgotten here.
+    pub fn take_touched(&mut self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self.touched.drain().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// A CreateSession applied: the leader starts its clock.
+    pub fn created(&mut self, id: u64, timeout: Duration, now: Instant) {
+        if self.leader {
+            self.tracker.arm(id, timeout, now);
+        }
+    }
+
+    /// A CloseSession applied: nothing more to track.
+    pub fn closed(&mut self, id: u64) {
+        self.tracker.remove(id);
+    }
+
+    /// This server became leader: every session of the table gets a full
+    /// timeout from now.
+    pub fn promote(&mut self, sessions: impl IntoIterator<Item = (u64, Duration)>, now: Instant) {
+        self.leader = true;
+        self.touched.clear();
+        self.tracker.rearm_all(sessions, now);
+    }
+
+    /// This server stopped leading: it decides nothing any more.
+    pub fn demote(&mut self) {
+        self.leader = false;
+        self.touched.clear();
+        self.tracker.clear();
+    }
+
+    /// Sessions past their deadline whose CloseSession is to be proposed
+    /// (empty unless leading); see [`SessionTracker::take_expired`].
+    pub fn take_expired(&mut self, now: Instant) -> Vec<u64> {
+        if !self.leader {
+            return Vec::new();
+        }
+        self.tracker.take_expired(now)
+    }
+
+    /// The CloseSession of `id` could not be proposed: try again later.
+    pub fn close_failed(&mut self, id: u64) {
+        self.tracker.unmark_closing(id);
+    }
+
+    pub fn is_tracked(&self, id: u64) -> bool {
+        self.tracker.is_tracked(id)
+    }
+}
+
+/// What a connect request gets.
+#[derive(Debug, PartialEq)]
+pub enum Handshake {
+    /// Propose this CreateSession; answer when it applies.
+    Create(CreateSessionTxn),
+    /// The session lives and the password matches: answer at once.
+    Resume(pb::ConnectResponse),
+    /// Refused; `limit` names the limit it hit, if that is why.
+    Refuse {
+        code: ErrorCode,
+        message: String,
+        limit: Option<Limit>,
+    },
+}
+
+/// The bounds a server puts on sessions.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionBounds {
+    pub min_timeout_ms: u32,
+    pub max_timeout_ms: u32,
+    /// `--max-sessions`.
+    pub max_sessions: usize,
+}
+
+/// Decides a connect from the replicated session table. `creating`: new
+/// sessions this server proposed that have not applied yet (they count
+/// against the limit; creates in flight on other servers do not, so the
+/// bound is exact per server and may be passed by what other servers
+/// create meanwhile).
+pub fn handshake(
+    tree: &DataTree,
+    node_id: u64,
+    bounds: SessionBounds,
+    c: &pb::ConnectRequest,
+    creating: usize,
+) -> Handshake {
+    let applied = tree.applied_index();
+    if c.last_zxid_seen > applied {
+        return Handshake::Refuse {
+            code: ErrorCode::ServerBehind,
+            message: format!(
+                "this server has applied zxid {applied}, the client has seen {}",
+                c.last_zxid_seen
+            ),
+            limit: None,
+        };
+    }
+    if c.session_id == 0 {
+        let live = tree.session_count() + creating;
+        if live >= bounds.max_sessions {
+            return Handshake::Refuse {
+                code: ErrorCode::LimitExceeded,
+                message: limits::message(
+                    Limit::Sessions,
+                    bounds.max_sessions,
+                    format!("{live} sessions are open, no new one is accepted"),
+                ),
+                limit: Some(Limit::Sessions),
+            };
+        }
+        return Handshake::Create(CreateSessionTxn {
+            session_id: new_session_id(node_id),
+            password: new_password(),
+            timeout_ms: negotiate_timeout(
+                c.timeout_ms,
+                bounds.min_timeout_ms,
+                bounds.max_timeout_ms,
+            ),
+        });
+    }
+    let id = c.session_id;
+    match tree.session(id) {
+        Some(s) if s.password == c.password => Handshake::Resume(pb::ConnectResponse {
+            error: ErrorCode::Ok as i32,
+            message: String::new(),
+            session_id: id,
+            password: c.password.clone(),
+            timeout_ms: s.timeout_ms,
+            zxid: applied,
+            server_id: node_id,
+        }),
+        _ => Handshake::Refuse {
+            code: ErrorCode::SessionExpired,
+            message: format!("session {id:#x} has expired or never existed"),
+            limit: None,
+        },
+    }
+}
+
+/// Deadlines of live sessions, on the leader's monotonic clock.
 #[derive(Debug, Default)]
 pub struct SessionTracker {
     deadlines: HashMap<u64, Deadline>,
@@ -153,5 +339,122 @@ mod tests {
         assert_eq!(id >> 56, 3);
         assert_ne!(new_session_id(3), id);
         assert_eq!(new_password().len(), 16);
+    }
+
+    #[test]
+    fn only_the_leader_keeps_deadlines_followers_report() {
+        let t0 = Instant::now();
+        let mut s = Sessions::default();
+        // A follower: touches are collected for the leader, nothing expires.
+        s.touch(7, t0);
+        s.touch(3, t0);
+        s.touched_elsewhere([9], t0);
+        s.created(5, Duration::from_secs(1), t0);
+        assert!(!s.is_tracked(5));
+        assert_eq!(s.take_touched(), vec![3, 7]);
+        assert!(s.take_touched().is_empty());
+        assert!(s.take_expired(t0 + Duration::from_secs(100)).is_empty());
+        // Promoted: every session of the table is armed from now.
+        s.touch(4, t0);
+        s.promote([(5, Duration::from_secs(1))], t0);
+        assert!(s.take_touched().is_empty(), "a leader reports to nobody");
+        s.created(6, Duration::from_secs(2), t0);
+        s.touched_elsewhere([5], t0 + Duration::from_millis(800));
+        assert!(s.take_expired(t0 + Duration::from_millis(1500)).is_empty());
+        assert_eq!(s.take_expired(t0 + Duration::from_secs(2)), vec![5, 6]);
+        s.close_failed(6);
+        assert_eq!(s.take_expired(t0 + Duration::from_secs(2)), vec![6]);
+        s.closed(5);
+        assert!(!s.is_tracked(5));
+        // Demoted: it decides nothing any more.
+        s.demote();
+        assert!(!s.is_tracked(6));
+        assert!(s.take_expired(t0 + Duration::from_secs(100)).is_empty());
+    }
+
+    fn tree_with_session(id: u64, password: &[u8]) -> DataTree {
+        use crate::proto::{txn::Kind, Txn};
+        let mut tree = DataTree::new();
+        tree.apply(
+            1,
+            0,
+            &Txn {
+                kind: Some(Kind::CreateSession(CreateSessionTxn {
+                    session_id: id,
+                    password: password.to_vec(),
+                    timeout_ms: 4000,
+                })),
+                ..Default::default()
+            },
+        );
+        tree
+    }
+
+    const BOUNDS: SessionBounds = SessionBounds {
+        min_timeout_ms: 1000,
+        max_timeout_ms: 10_000,
+        max_sessions: 2,
+    };
+
+    #[test]
+    fn handshake_creates_resumes_and_refuses() {
+        let tree = tree_with_session(0x0100_0000_0000_0042, b"pw");
+        let new = pb::ConnectRequest {
+            timeout_ms: 60_000,
+            ..Default::default()
+        };
+        match handshake(&tree, 1, BOUNDS, &new, 0) {
+            Handshake::Create(cs) => {
+                assert_eq!(cs.timeout_ms, 10_000, "clamped to the bounds");
+                assert_eq!(cs.session_id >> 56, 1);
+            }
+            other => panic!("{other:?}"),
+        }
+        // The limit counts sessions being created here too.
+        match handshake(&tree, 1, BOUNDS, &new, 1) {
+            Handshake::Refuse { code, limit, .. } => {
+                assert_eq!(code, ErrorCode::LimitExceeded);
+                assert_eq!(limit, Some(Limit::Sessions));
+            }
+            other => panic!("{other:?}"),
+        }
+        let resume = pb::ConnectRequest {
+            session_id: 0x0100_0000_0000_0042,
+            password: b"pw".to_vec(),
+            last_zxid_seen: 1,
+            ..Default::default()
+        };
+        match handshake(&tree, 1, BOUNDS, &resume, 5) {
+            Handshake::Resume(r) => {
+                assert_eq!(
+                    (r.session_id, r.timeout_ms, r.zxid),
+                    (0x0100_0000_0000_0042, 4000, 1)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let wrong = pb::ConnectRequest {
+            password: b"nope".to_vec(),
+            ..resume.clone()
+        };
+        assert!(matches!(
+            handshake(&tree, 1, BOUNDS, &wrong, 0),
+            Handshake::Refuse {
+                code: ErrorCode::SessionExpired,
+                ..
+            }
+        ));
+        // A client that has seen more than this server applied.
+        let ahead = pb::ConnectRequest {
+            last_zxid_seen: 2,
+            ..resume
+        };
+        match handshake(&tree, 1, BOUNDS, &ahead, 0) {
+            Handshake::Refuse { code, message, .. } => {
+                assert_eq!(code, ErrorCode::ServerBehind);
+                assert!(message.contains("applied zxid 1"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -21,9 +21,11 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use warden_protocol::path;
-use warden_protocol::pb::{EventType, WatcherType};
+use warden_protocol::pb::{Acl, EventType, WatcherType};
 
 use crate::limits::{self, Limit};
+use crate::proto::AuthId;
+use crate::tree::{Applied, DataTree, Trigger};
 
 /// A client connection on this server.
 pub type ConnId = u64;
@@ -232,6 +234,38 @@ impl WatchRegistry {
         (out, below)
     }
 
+    /// Who hears `trigger`, one of the triggers of `applied` (just applied
+    /// to `tree`), each connection once; one-shot watches that fire are
+    /// removed. A connection that hears of the node only through a
+    /// recursive watch on an ancestor hears of it only if it may READ the
+    /// node (ZooKeeper 3.8.4), judged by the ACL the node has now, or had
+    /// when it was deleted. `ids_of` gives a connection's identities.
+    pub fn recipients<'a>(
+        &mut self,
+        tree: &DataTree,
+        applied: &Applied,
+        trigger: &Trigger,
+        ids_of: impl Fn(ConnId) -> Option<&'a [AuthId]>,
+    ) -> BTreeSet<ConnId> {
+        let (mut conns, below) = self.fire_split(trigger.event, &trigger.path);
+        if below.is_empty() {
+            return conns;
+        }
+        let acl = event_acl(tree, applied, trigger);
+        for conn in below {
+            // A node found nowhere (cannot happen) is not revealed.
+            let may_read = acl.is_some_and(|acl| {
+                ids_of(conn).is_some_and(|ids| {
+                    crate::tree::acl::allowed(acl, ids, warden_protocol::perms::READ)
+                })
+            });
+            if may_read {
+                conns.insert(conn);
+            }
+        }
+        conns
+    }
+
     fn watchers(&self, kind: WatchKind, path: &str) -> Option<&HashSet<ConnId>> {
         self.by_path.get(&kind)?.get(path)
     }
@@ -258,6 +292,24 @@ impl WatchRegistry {
 
     pub fn is_empty(&self) -> bool {
         self.by_conn.is_empty()
+    }
+}
+
+/// The ACL that decides who may hear of `trigger`: the node's own, or for
+/// a deletion the one it had (the last one recorded for the path, as a
+/// multi may delete and re-create it).
+fn event_acl<'t>(tree: &'t DataTree, applied: &'t Applied, trigger: &Trigger) -> Option<&'t [Acl]> {
+    let deleted = || {
+        applied
+            .deleted_acls
+            .iter()
+            .rev()
+            .find(|(p, _)| *p == trigger.path)
+            .map(|(_, acl)| acl.as_slice())
+    };
+    match trigger.event {
+        EventType::NodeDeleted => deleted(),
+        _ => tree.node_acl(&trigger.path).or_else(deleted),
     }
 }
 
@@ -336,5 +388,62 @@ mod tests {
         r.remove_conn(1);
         assert!(r.is_empty());
         assert!(fired(&mut r, EventType::NodeDataChanged, "/a").is_empty());
+    }
+
+    #[test]
+    fn recursive_watchers_hear_only_of_nodes_they_may_read() {
+        use crate::proto::{txn::Kind, CreateTxn, DeleteTxn, Txn};
+        let secret = vec![Acl {
+            perms: warden_protocol::perms::ALL,
+            scheme: "x509".into(),
+            id: "CN=alice".into(),
+        }];
+        let alice = vec![AuthId {
+            scheme: "x509".into(),
+            id: "CN=alice".into(),
+        }];
+        let create = |path: &str, acl: Vec<Acl>| Txn {
+            kind: Some(Kind::Create(CreateTxn {
+                path: path.into(),
+                acl,
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let mut tree = DataTree::new();
+        tree.apply(1, 0, &create("/a", warden_protocol::open_acl()));
+        let mut r = WatchRegistry::default();
+        // 1: alice, recursive on /a; 2: anonymous, recursive on /a;
+        // 3: anonymous, a data watch on the node itself.
+        r.add(1, WatchKind::PersistentRecursive, "/a");
+        r.add(2, WatchKind::PersistentRecursive, "/a");
+        r.add(3, WatchKind::Data, "/a/s");
+        let ids = |conn: ConnId| -> Option<&[AuthId]> {
+            match conn {
+                1 => Some(&alice),
+                2 | 3 => Some(&[]),
+                _ => None,
+            }
+        };
+        let applied = tree.apply(2, 0, &create("/a/s", secret.clone()));
+        let heard = r.recipients(&tree, &applied, &applied.triggers[0], ids);
+        assert_eq!(heard.into_iter().collect::<Vec<_>>(), vec![1, 3]);
+        // A deletion is judged by the ACL the node had.
+        r.add(3, WatchKind::Data, "/a/s");
+        let del = Txn {
+            kind: Some(Kind::Delete(DeleteTxn {
+                path: "/a/s".into(),
+                version: None,
+            })),
+            ..Default::default()
+        };
+        let applied = tree.apply(3, 0, &del);
+        let t = applied
+            .triggers
+            .iter()
+            .find(|t| t.event == EventType::NodeDeleted)
+            .unwrap();
+        let heard = r.recipients(&tree, &applied, t, ids);
+        assert_eq!(heard.into_iter().collect::<Vec<_>>(), vec![1, 3]);
     }
 }

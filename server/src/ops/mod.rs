@@ -215,6 +215,27 @@ pub fn read(
     }
 }
 
+/// The wire answer to request `xid`, at `zxid`: a result, or a failure
+/// (with its detail, e.g. a multi's per-op results).
+pub fn response(xid: u64, zxid: u64, result: Result<Option<Res>, Failure>) -> pb::Response {
+    match result {
+        Ok(result) => pb::Response {
+            xid,
+            zxid,
+            error: ErrorCode::Ok as i32,
+            message: String::new(),
+            result,
+        },
+        Err(f) => pb::Response {
+            xid,
+            zxid,
+            error: f.code as i32,
+            message: f.message,
+            result: f.detail.map(|d| *d),
+        },
+    }
+}
+
 /// Turns the applied result of `txn` into the wire answer.
 pub fn write_response(result: TxnResult, txn: &Txn) -> Result<Option<Res>, Failure> {
     // A NoAuth from the tree names only the path: say which permission
@@ -240,7 +261,7 @@ pub fn write_response(result: TxnResult, txn: &Txn) -> Result<Option<Res>, Failu
             .map(|stat| Some(Res::Stat(pb::StatResponse { stat: Some(stat) })))
             .map_err(failure),
         TxnResult::Multi(outcome) => multi::response(outcome, txn),
-        // Answered from the stored response by the core, never here.
+        // Answered from the stored response by the tree, never here.
         TxnResult::Duplicate { .. } => Ok(None),
         TxnResult::Stale { latest_xid } => Err(Failure::new(
             ErrorCode::SessionMoved,

@@ -1,7 +1,9 @@
 //! The DataTree: Warden's deterministic state machine.
 //!
-//! It owns the znodes and the replicated session table, and changes only in
-//! [`DataTree::apply`]. It must never read a clock, draw a random number or
+//! It owns the znodes, the replicated session table (with each session's
+//! recent write answers, for retries) and the members' addresses, and
+//! changes only in [`DataTree::apply`] (a raft conf change is applied as a
+//! `MemberChangeTxn`). It must never read a clock, draw a random number or
 //! do I/O: every input (time, session ids, expiry decisions) travels inside
 //! the [`Txn`](crate::proto::Txn), so every replica that applies the same log
 //! holds the same tree, byte for byte.
@@ -11,7 +13,7 @@
 //! ```text
 //! DataTree::new() -> DataTree                      // just "/" (czxid 0, open ACL)
 //! tree.apply(zxid: u64, time_ms: i64, txn: &Txn) -> Applied
-//! tree.skip(zxid: u64)                             // an entry with no Txn (raft empty/conf entry)
+//! tree.skip(zxid: u64)                             // an entry with no Txn (raft empty entry)
 //! tree.applied_index() -> u64                      // last zxid given to apply/skip
 //! tree.get_data(path) -> Option<(&[u8], Stat)>
 //! tree.stat(path) -> Option<Stat>
@@ -58,7 +60,7 @@ use std::fmt;
 use warden_protocol::path;
 use warden_protocol::pb::{Acl, Stat};
 
-use crate::proto::GuardedDeleteTxn;
+use crate::proto::{GuardedDeleteTxn, MemberChangeTxn};
 
 pub use node::{Node, SessionInfo};
 pub use snapshot::SnapshotError;
@@ -131,19 +133,15 @@ impl DataTree {
         }
     }
 
-    /// Applies a raft conf change entry at `zxid`: records (`Some`) or
-    /// forgets (`None`) member `id`'s peer address.
-    pub fn apply_member_change(&mut self, zxid: u64, id: u64, addr: Option<&str>) {
-        debug_assert!(zxid > self.applied_index);
-        match addr {
-            Some(a) => {
-                self.members.insert(id, a.to_string());
-            }
-            None => {
-                self.members.remove(&id);
-            }
+    /// A raft conf change, applied as a [`MemberChangeTxn`]: records or
+    /// forgets member `id`'s peer address (an addition without an address
+    /// keeps the one known).
+    fn member_change(&mut self, t: &MemberChangeTxn) {
+        if t.removed {
+            self.members.remove(&t.id);
+        } else if !t.addr.is_empty() {
+            self.members.insert(t.id, t.addr.clone());
         }
-        self.applied_index = zxid;
     }
 
     /// Peer addresses of members added through conf changes.

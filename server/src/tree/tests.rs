@@ -1444,14 +1444,7 @@ fn a_write_older_than_the_sessions_latest_is_stale_and_changes_nothing() {
             xid,
             ..Default::default()
         };
-        let applied = log.tree.apply(log.zxid, 1_000, &txn);
-        if !matches!(
-            applied.result,
-            TxnResult::Stale { .. } | TxnResult::Duplicate { .. }
-        ) {
-            log.tree.record_result(9, xid, vec![xid as u8]);
-        }
-        applied.result
+        log.tree.apply(log.zxid, 1_000, &txn).result
     };
     assert!(matches!(
         tagged(&mut log, 5, "/five"),
@@ -1478,4 +1471,38 @@ fn a_write_older_than_the_sessions_latest_is_stale_and_changes_nothing() {
         tagged(&mut log, 0, "/zero"),
         TxnResult::Create(Ok(_))
     ));
+}
+
+#[test]
+fn a_retried_write_gets_the_answer_its_first_apply_recorded() {
+    let mut log = Log::new();
+    log.session(9);
+    let txn = Txn {
+        kind: Some(Kind::Create(create("/once"))),
+        session_id: 9,
+        xid: 4,
+        ..Default::default()
+    };
+    log.zxid += 1;
+    let first = log.tree.apply(log.zxid, 1_000, &txn);
+    let answer = first.answer.expect("a tagged write is answered");
+    assert_eq!((answer.xid, answer.zxid), (4, log.zxid));
+    log.zxid += 1;
+    let retry = log.tree.apply(log.zxid, 2_000, &txn);
+    assert!(matches!(retry.result, TxnResult::Duplicate { .. }));
+    assert_eq!(
+        retry.answer,
+        Some(answer),
+        "the retry's answer is the first one"
+    );
+    // Snapshots keep the recorded answers.
+    let restored = DataTree::from_snapshot(&log.tree.to_snapshot()).unwrap();
+    assert_eq!(restored, log.tree);
+    // An untagged write records nothing.
+    log.zxid += 1;
+    let untagged = Txn {
+        kind: Some(Kind::Create(create("/untagged"))),
+        ..Default::default()
+    };
+    assert_eq!(log.tree.apply(log.zxid, 3_000, &untagged).answer, None);
 }

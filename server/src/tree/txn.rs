@@ -16,7 +16,8 @@
 
 use std::fmt;
 
-use warden_protocol::pb::{Acl, ErrorCode, EventType, Stat};
+use prost::Message as _;
+use warden_protocol::pb::{self, Acl, ErrorCode, EventType, Stat};
 use warden_protocol::{path, perms, DATA_BYTES_MAX};
 
 use super::node::Node;
@@ -62,13 +63,18 @@ pub struct Trigger {
 /// What applying one entry did: its result (for the waiting request, on the
 /// origin server) and the watch triggers it fired, in order (for every
 /// server's watch registry).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Applied {
     pub result: TxnResult,
     pub triggers: Vec<Trigger>,
     /// The ACL each deleted node had (path, ACL), in order: who may hear of
     /// a deletion through a recursive watch is judged by it.
     pub deleted_acls: Vec<(String, Vec<Acl>)>,
+    /// For a client write tagged with its session and xid: the wire answer
+    /// it gets, recorded in the session (replicated state: a retry of the
+    /// xid gets the same answer, on whichever server it lands). A retry
+    /// gets the recorded one.
+    pub answer: Option<pb::Response>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -226,18 +232,29 @@ impl DataTree {
         };
         if let Some(response) = self.recent_result(txn.session_id, txn.xid) {
             self.applied_index = zxid;
+            let answer = pb::Response::decode(&response[..]).ok();
             return Applied {
                 result: TxnResult::Duplicate { response },
                 triggers: Vec::new(),
                 deleted_acls: Vec::new(),
+                answer,
             };
         }
         if let Some(latest_xid) = self.later_write(txn.session_id, txn.xid) {
             self.applied_index = zxid;
+            let result = TxnResult::Stale { latest_xid };
+            // Answered, not recorded: a stale write changes nothing, and
+            // its retry is just as stale.
+            let answer = Some(crate::ops::response(
+                txn.xid,
+                zxid,
+                crate::ops::write_response(result.clone(), txn),
+            ));
             return Applied {
-                result: TxnResult::Stale { latest_xid },
+                result,
                 triggers: Vec::new(),
                 deleted_acls: Vec::new(),
+                answer,
             };
         }
         let result = match &txn.kind {
@@ -252,6 +269,10 @@ impl DataTree {
             Some(txn::Kind::GuardedDelete(t)) => TxnResult::GuardedDelete {
                 deleted: self.guarded_delete(&mut ctx, t),
             },
+            Some(txn::Kind::MemberChange(t)) => {
+                self.member_change(t);
+                TxnResult::Noop
+            }
         };
         // Outside a multi an operation fails before it changes anything, so
         // its undo records are simply dropped here.
@@ -266,11 +287,29 @@ impl DataTree {
                 _ => None,
             })
             .collect();
+        let answer = self.record_answer(zxid, txn, &result);
         Applied {
             result,
             triggers: ctx.triggers,
             deleted_acls,
+            answer,
         }
+    }
+
+    /// The wire answer of a client write tagged with its session and xid,
+    /// recorded in the session so that a retry gets it again. Every replica
+    /// records the same bytes, so this stays deterministic.
+    fn record_answer(&mut self, zxid: u64, txn: &Txn, result: &TxnResult) -> Option<pb::Response> {
+        if txn.session_id == 0 || txn.xid == 0 {
+            return None;
+        }
+        let answer = crate::ops::response(
+            txn.xid,
+            zxid,
+            crate::ops::write_response(result.clone(), txn),
+        );
+        self.record_result(txn.session_id, txn.xid, answer.encode_to_vec());
+        Some(answer)
     }
 
     /// The answer a session's write `xid` already got, if it is one of the
@@ -299,8 +338,7 @@ impl DataTree {
 
     /// Part of applying the entry that carried the session's write `xid`:
     /// remembers the answer it got (encoded), so a retry gets it again.
-    /// Every replica records the same bytes, so this stays deterministic.
-    pub fn record_result(&mut self, session_id: u64, xid: u64, response: Vec<u8>) {
+    pub(super) fn record_result(&mut self, session_id: u64, xid: u64, response: Vec<u8>) {
         if xid == 0 {
             return;
         }

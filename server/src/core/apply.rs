@@ -1,0 +1,252 @@
+//! Apply: what the Ready loop hands the state machine — committed entries,
+//! a leader's snapshot, conf changes, ReadIndex answers, role changes, and
+//! messages for peers — and what each means for this server's clients.
+//!
+//! Replicated state changes only in [`DataTree::apply`]; everything here
+//! is per server: answering the request that waits for an entry, sending
+//! watch events, arming session deadlines on the leader.
+
+use std::time::{Duration, Instant};
+
+use prost::Message as _;
+use raft::eraftpb::{
+    ConfChange, ConfChangeType, ConfState, Entry, Message as RaftMessage, Snapshot as RaftSnapshot,
+};
+use raft::{ReadState, SoftState, StateRole};
+use tracing::{debug, error, info};
+use warden_protocol::pb::{self, ErrorCode};
+
+use super::frames;
+use super::proposals::Waiter;
+use super::Machine;
+use crate::proto::{self, peer_frame, txn::Kind, CloseReason, PeerFrame, Proposal, Txn};
+use crate::raft::{ReadyHandler, Undelivered};
+use crate::tree::{DataTree, TxnResult};
+
+impl Machine {
+    /// The tree's record of a conf change at `index` (an addition without
+    /// an address keeps the one known; the transport learns the peer).
+    fn member_change(&mut self, index: u64, change: &ConfChange, ctx: &proto::ConfChangeContext) {
+        let id = change.node_id;
+        let removed = change.get_change_type() == ConfChangeType::RemoveNode;
+        let txn = Txn {
+            kind: Some(Kind::MemberChange(proto::MemberChangeTxn {
+                id,
+                addr: ctx.addr.clone(),
+                removed,
+            })),
+            ..Default::default()
+        };
+        self.tree.apply(index, 0, &txn);
+        if removed {
+            self.transport.remove_peer(id);
+            self.peer_status.remove(&id);
+        } else {
+            let addr = self
+                .tree
+                .members()
+                .get(&id)
+                .cloned()
+                .or_else(|| self.transport.addr_of(id).map(str::to_string));
+            if let Some(a) = &addr {
+                self.transport.add_peer(id, a);
+            }
+            // A snapshot that includes the new member is taken at once, so
+            // it can be initialized from it.
+            self.snapshot_wanted = true;
+        }
+    }
+}
+
+impl ReadyHandler for Machine {
+    fn send(&mut self, msgs: Vec<RaftMessage>) -> Vec<Undelivered> {
+        let mut undelivered = Vec::new();
+        for m in msgs {
+            let to = m.to;
+            let bytes = match protobuf::Message::write_to_bytes(&m) {
+                Ok(b) => b,
+                Err(e) => {
+                    error!(to, error = %e, "raft message does not encode");
+                    continue;
+                }
+            };
+            let frame = PeerFrame {
+                from: self.node_id,
+                kind: Some(peer_frame::Kind::Raft(bytes)),
+            };
+            if !self.transport.send(to, frame) {
+                debug!(to, "peer queue full or unknown; raft message dropped");
+                undelivered.extend(Undelivered::of(&m));
+            }
+        }
+        undelivered
+    }
+
+    fn apply(&mut self, entry: &Entry) {
+        let zxid = entry.index;
+        self.applied_bytes += entry.data.len() as u64;
+        if entry.data.is_empty() {
+            self.tree.skip(zxid);
+            return;
+        }
+        let proposal = match Proposal::decode(&entry.data[..]) {
+            Ok(p) => p,
+            Err(e) => {
+                // Every replica sees the same bytes and skips them alike.
+                error!(zxid, error = %e, "undecodable log entry skipped");
+                self.tree.skip(zxid);
+                return;
+            }
+        };
+        let txn = proposal.txn.unwrap_or_default();
+        if matches!(txn.kind, Some(Kind::MemberChange(_))) {
+            // Membership changes only through raft's conf change entries.
+            error!(zxid, "member change in a normal log entry skipped");
+            self.tree.skip(zxid);
+            return;
+        }
+        let applied = self.tree.apply(zxid, proposal.time_ms, &txn);
+        self.clients.notify(&self.tree, &applied, zxid);
+
+        match &txn.kind {
+            Some(Kind::CreateSession(cs)) => self.sessions.created(
+                cs.session_id,
+                Duration::from_millis(u64::from(cs.timeout_ms)),
+                Instant::now(),
+            ),
+            Some(Kind::GuardedDelete(g)) => {
+                self.removals_inflight.remove(&g.path);
+            }
+            _ => {}
+        }
+        if let TxnResult::Duplicate { .. } = applied.result {
+            debug!(
+                zxid,
+                session_id = format_args!("{:#x}", txn.session_id),
+                xid = txn.xid,
+                "retried write answered from its first apply"
+            );
+        }
+
+        let waiter = if proposal.origin_node == self.node_id && proposal.request_id != 0 {
+            self.proposals.complete(proposal.request_id)
+        } else {
+            None
+        };
+        match waiter {
+            Some(Waiter::Connect { conn, timeout_ms }) => {
+                if let Some(Kind::CreateSession(cs)) = &txn.kind {
+                    self.clients.session_created(
+                        conn,
+                        pb::ConnectResponse {
+                            error: ErrorCode::Ok as i32,
+                            message: String::new(),
+                            session_id: cs.session_id,
+                            password: cs.password.clone(),
+                            timeout_ms,
+                            zxid,
+                            server_id: self.node_id,
+                        },
+                    );
+                }
+            }
+            Some(Waiter::Request { conn }) => {
+                let frame = match applied.answer {
+                    Some(answer) => frames::of_response(answer),
+                    None => frames::response(
+                        txn.xid,
+                        zxid,
+                        crate::ops::write_response(applied.result.clone(), &txn),
+                    ),
+                };
+                self.clients
+                    .complete_write(conn, proposal.request_id, &self.tree, |xid| {
+                        frames::with_xid(frame, xid)
+                    });
+            }
+            None => {}
+        }
+
+        if let (Some(Kind::CloseSession(cs)), TxnResult::SessionClosed { .. }) =
+            (&txn.kind, &applied.result)
+        {
+            let reason = CloseReason::try_from(cs.reason).unwrap_or(CloseReason::Client);
+            self.sessions.closed(cs.session_id);
+            self.clients
+                .session_closed(cs.session_id, reason, &self.tree);
+        }
+    }
+
+    fn restore(&mut self, snapshot: &RaftSnapshot) {
+        match proto::Snapshot::decode(&snapshot.data[..])
+            .map_err(|e| e.to_string())
+            .and_then(|s| DataTree::from_snapshot(&s).map_err(|e| e.to_string()))
+        {
+            Ok(tree) => {
+                info!(
+                    index = tree.applied_index(),
+                    "state machine replaced by leader snapshot"
+                );
+                self.tree = tree;
+                // The watches registered here were armed against the tree we
+                // just threw away, and the changes between it and the
+                // snapshot fired none of them. Like ZooKeeper, close every
+                // client connection: each client reconnects and its
+                // SetWatches (with the last zxid it saw) fires what it missed
+                // and re-arms the rest. Answers still owed on those
+                // connections are lost with them; the clients retry.
+                if self.clients.len() > 0 {
+                    info!(
+                        connections = self.clients.len(),
+                        "closing client connections after a leader snapshot"
+                    );
+                }
+                self.clients.drop_all("state replaced by a leader snapshot");
+            }
+            Err(e) => error!(error = %e, "leader snapshot unreadable"),
+        }
+    }
+
+    fn read_states(&mut self, states: Vec<ReadState>) {
+        self.clients.read_states(states, &self.tree);
+    }
+
+    fn conf_changed(&mut self, index: u64, change: &ConfChange, conf: &ConfState) {
+        let ctx = proto::ConfChangeContext::decode(&change.context[..]).unwrap_or_default();
+        if change.node_id == 0 {
+            self.tree.skip(index);
+        } else {
+            self.member_change(index, change, &ctx);
+        }
+        info!(index, node_id = change.node_id, change = ?change.get_change_type(), voters = ?conf.voters, learners = ?conf.learners, "membership changed");
+        if ctx.origin_node == self.node_id && ctx.request_id != 0 {
+            if let Some(Waiter::Request { conn }) = self.proposals.complete(ctx.request_id) {
+                self.clients
+                    .complete_write(conn, ctx.request_id, &self.tree, |xid| {
+                        frames::response(xid, index, Ok(None))
+                    });
+            }
+        }
+    }
+
+    fn role_changed(&mut self, ss: &SoftState) {
+        let was_leader = self.role == StateRole::Leader;
+        self.role = ss.raft_state;
+        if ss.leader_id != 0 && ss.leader_id != self.leader_id {
+            self.leader_changed = true;
+            self.leader_changes += 1;
+        }
+        self.leader_id = ss.leader_id;
+        info!(role = ?ss.raft_state, leader = ss.leader_id, "raft role changed");
+        if self.role == StateRole::Leader && !was_leader {
+            let sessions: Vec<(u64, Duration)> = self
+                .tree
+                .sessions()
+                .map(|(id, s)| (id, Duration::from_millis(u64::from(s.timeout_ms))))
+                .collect();
+            self.sessions.promote(sessions, Instant::now());
+        } else if self.role != StateRole::Leader {
+            self.sessions.demote();
+        }
+    }
+}

@@ -1,0 +1,531 @@
+//! The reply pipeline: every client connection of this server, its queue
+//! of answers in request order, its watches and its reads waiting for a
+//! ReadIndex.
+//!
+//! Everything a client gets — answers, watch events, session events — is
+//! pushed from here onto the connection's bounded outbound queue, which is
+//! what orders them:
+//!
+//! - a session's answers leave in request order: each connection has a FIFO
+//!   of slots; a read waits behind the session's earlier writes and is
+//!   served from the tree when it reaches the head;
+//! - a watch event is queued when its entry applies, so it reaches the
+//!   client before the answer to any later request that could see the
+//!   change.
+//!
+//! It never blocks on a connection: a client whose outbound queue is full
+//! is disconnected (its session lives on until it resumes or expires).
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use raft::ReadState;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+use warden_protocol::pb::{self, ErrorCode, SessionState};
+
+use super::frames;
+use super::proposals::PROPOSAL_TIMEOUT;
+use super::{Door, OUTBOUND_FRAMES_MAX};
+use crate::limits::{self, Limit, Limits};
+use crate::opmetrics::OpMetrics;
+use crate::ops::{self, Failure, ReadOp};
+use crate::outbound::{frame_bytes, OutboundTx, PushError};
+use crate::proto::{AuthId, CloseReason};
+use crate::tree::{Applied, DataTree};
+use crate::watch::{ConnId, WatchRegistry};
+
+/// One slot in a connection's in-order queue.
+#[derive(Debug)]
+pub(super) enum Slot {
+    /// The answer is known; it leaves when it reaches the head.
+    Done(pb::ServerFrame),
+    /// A read served when at the head and `applied >= min_index`.
+    Read {
+        xid: u64,
+        op: ReadOp,
+        /// Waiting for a ReadIndex answer (`ctx`), or the index it gave.
+        read_index: ReadIndexWait,
+        /// The connection's identities when the read arrived: a later
+        /// auth does not reach back to requests sent before it.
+        ids: Arc<Vec<AuthId>>,
+    },
+    /// A write waiting for its entry to apply.
+    Write { xid: u64, request_id: u64 },
+    /// A heartbeat answered in order.
+    Ping { xid: u64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ReadIndexWait {
+    None,
+    Pending(u64),
+    At(u64),
+}
+
+/// One client connection.
+pub(super) struct Conn {
+    pub peer: SocketAddr,
+    pub door: Door,
+    out: OutboundTx,
+    closed: CancellationToken,
+    pub session: Option<u64>,
+    /// Who the connection is (ip, x509, and what auth requests added);
+    /// checked against ACLs by every request.
+    pub ids: Arc<Vec<AuthId>>,
+    queue: VecDeque<Slot>,
+    /// Per slot of `queue` (same order): the operation and when it reached
+    /// the core, for the request metrics.
+    timing: VecDeque<(&'static str, Instant)>,
+}
+
+impl Conn {
+    /// Requests of this connection not answered yet.
+    pub fn in_flight(&self) -> usize {
+        self.queue.len()
+    }
+}
+
+pub(super) struct Clients {
+    conns: HashMap<ConnId, Conn>,
+    /// The connection each session is on.
+    by_session: HashMap<u64, ConnId>,
+    watches: WatchRegistry,
+    /// ReadIndex contexts in flight: ctx -> (connection, asked at).
+    read_waiters: HashMap<u64, (ConnId, Instant)>,
+    /// Connections with a read whose ReadIndex answer is ahead of what we
+    /// have applied, by that index: flushed once `applied` reaches it.
+    reads_blocked: BTreeMap<u64, HashSet<ConnId>>,
+    /// Connections whose reads wait for their outbound queue to drain
+    /// (flushed again every tick).
+    out_paused: HashSet<ConnId>,
+    limits: Limits,
+    op_metrics: OpMetrics,
+}
+
+impl Clients {
+    pub fn new(limits: Limits, op_metrics: OpMetrics) -> Self {
+        Self {
+            conns: HashMap::new(),
+            by_session: HashMap::new(),
+            watches: WatchRegistry::with_limit(limits.watches_per_session),
+            read_waiters: HashMap::new(),
+            reads_blocked: BTreeMap::new(),
+            out_paused: HashSet::new(),
+            limits,
+            op_metrics,
+        }
+    }
+
+    pub fn open(
+        &mut self,
+        conn: ConnId,
+        peer: SocketAddr,
+        door: Door,
+        out: OutboundTx,
+        closed: CancellationToken,
+        ids: Vec<AuthId>,
+    ) {
+        self.conns.insert(
+            conn,
+            Conn {
+                peer,
+                door,
+                out,
+                closed,
+                session: None,
+                ids: Arc::new(ids),
+                queue: VecDeque::new(),
+                timing: VecDeque::new(),
+            },
+        );
+    }
+
+    pub fn get(&self, conn: ConnId) -> Option<&Conn> {
+        self.conns.get(&conn)
+    }
+
+    pub fn set_ids(&mut self, conn: ConnId, ids: Vec<AuthId>) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.ids = Arc::new(ids);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.conns.len()
+    }
+
+    pub fn watch_count(&self) -> usize {
+        self.watches.len()
+    }
+
+    /// `session` now lives on `conn`; the connection it was on before, if
+    /// another, is dropped. False if `conn` is gone.
+    pub fn bind_session(&mut self, conn: ConnId, session: u64) -> bool {
+        if !self.conns.contains_key(&conn) {
+            return false;
+        }
+        if let Some(old) = self.by_session.insert(session, conn) {
+            if old != conn {
+                self.drop_conn(old, "session resumed on another connection");
+            }
+        }
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.session = Some(session);
+        }
+        true
+    }
+
+    /// Queues `slot` behind the connection's earlier requests.
+    pub fn enqueue(&mut self, conn: ConnId, slot: Slot, op: &'static str) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.queue.push_back(slot);
+            c.timing.push_back((op, Instant::now()));
+        }
+    }
+
+    /// A linearizable read of `conn` waits for the ReadIndex of `ctx`.
+    pub fn await_read_index(&mut self, ctx: u64, conn: ConnId) {
+        self.read_waiters.insert(ctx, (conn, Instant::now()));
+    }
+
+    /// Sends a frame now, outside the queue (handshake answers, events).
+    /// A full queue means the client does not read: disconnect it.
+    pub fn push(&mut self, conn: ConnId, frame: pb::ServerFrame) {
+        self.push_sized(conn, frame, false);
+    }
+
+    /// [`Self::push`]; `admitted`: queue it even past the byte bound (the
+    /// answer to a read, which waited for room before it was served).
+    fn push_sized(&mut self, conn: ConnId, frame: pb::ServerFrame, admitted: bool) {
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        let len = frame_bytes(&frame);
+        let queued = c.out.queued_bytes();
+        let max = self.limits.queued_bytes_per_connection;
+        // One frame alone is always let through, however big.
+        if !admitted && queued > 0 && queued + len > max {
+            let msg = limits::message(
+                Limit::QueuedBytesPerConnection,
+                max,
+                format!(
+                    "connection {conn} from {} does not read: {queued} bytes queued, \
+                     {len} more to send; dropping the connection (its session lives on)",
+                    c.peer
+                ),
+            );
+            limits::record(&self.op_metrics, Limit::QueuedBytesPerConnection, &msg);
+            self.drop_conn(conn, "slow reader: queued bytes over the limit");
+            return;
+        }
+        match c.out.try_send_sized(frame, len) {
+            Ok(()) => {}
+            Err(PushError::Full) => {
+                let msg = format!(
+                    "connection {conn} from {} does not read: {OUTBOUND_FRAMES_MAX} frames \
+                     queued; dropping the connection (its session lives on)",
+                    c.peer
+                );
+                limits::record(&self.op_metrics, Limit::QueuedBytesPerConnection, &msg);
+                self.drop_conn(conn, "outbound queue full");
+            }
+            Err(PushError::Closed) => {
+                self.drop_conn(conn, "connection closed");
+            }
+        }
+    }
+
+    /// Answers a connect with a refusal and closes the connection once
+    /// the answer is out.
+    pub fn refuse_connect(
+        &mut self,
+        conn: ConnId,
+        code: ErrorCode,
+        message: String,
+        zxid: u64,
+        server_id: u64,
+    ) {
+        debug!(conn, code = code.name(), %message, "connect refused");
+        let resp = pb::ConnectResponse {
+            error: code as i32,
+            message,
+            zxid,
+            server_id,
+            ..Default::default()
+        };
+        self.push(conn, frames::connect(resp));
+        // Dropping our sender closes the connection once the answer is out.
+        self.drop_conn(conn, "connect refused");
+    }
+
+    /// Forgets a connection: its watches go; its session lives on.
+    pub fn drop_conn(&mut self, conn: ConnId, why: &str) {
+        let Some(c) = self.conns.remove(&conn) else {
+            return;
+        };
+        debug!(conn, peer = %c.peer, why, "connection dropped");
+        // The connection task stops reading and its writer drains what we
+        // queued, then closes the socket.
+        c.closed.cancel();
+        self.out_paused.remove(&conn);
+        self.watches.remove_conn(conn);
+        if let Some(s) = c.session {
+            if self.by_session.get(&s) == Some(&conn) {
+                self.by_session.remove(&s);
+            }
+        }
+        self.read_waiters.retain(|_, (c, _)| *c != conn);
+    }
+
+    /// Drops every connection (`why` is logged for each).
+    pub fn drop_all(&mut self, why: &str) {
+        let conns: Vec<ConnId> = self.conns.keys().copied().collect();
+        for conn in conns {
+            self.drop_conn(conn, why);
+        }
+    }
+
+    /// Sends every answer at the head of `conn`'s queue that is ready,
+    /// serving reads from `tree` as they reach the head.
+    pub fn flush(&mut self, conn: ConnId, tree: &DataTree) {
+        let applied = tree.applied_index();
+        loop {
+            let Some(c) = self.conns.get_mut(&conn) else {
+                return;
+            };
+            let ready = match c.queue.front() {
+                None => return,
+                Some(Slot::Done(_)) | Some(Slot::Ping { .. }) => true,
+                Some(Slot::Read { read_index, .. }) => {
+                    let due = match read_index {
+                        ReadIndexWait::None => true,
+                        ReadIndexWait::At(i) => applied >= *i,
+                        ReadIndexWait::Pending(_) => false,
+                    };
+                    // A client that does not read its answers: its reads
+                    // wait here (a small request each) instead of piling
+                    // up their replies; retried every tick.
+                    let soft = self.limits.queued_bytes_per_connection / 2;
+                    let queued = c.out.queued_bytes();
+                    if due && queued > 0 && queued >= soft {
+                        debug!(conn, queued, "reads paused: client is slow to read");
+                        self.out_paused.insert(conn);
+                        return;
+                    }
+                    due
+                }
+                Some(Slot::Write { .. }) => false,
+            };
+            if !ready {
+                return;
+            }
+            let session_id = c.session.unwrap_or(0);
+            let slot = c.queue.pop_front().expect("front checked above");
+            if let Some((op, since)) = c.timing.pop_front() {
+                self.op_metrics.observe(op, since.elapsed());
+            }
+            match slot {
+                Slot::Done(frame) => self.push(conn, frame),
+                Slot::Ping { xid } => self.push(conn, frames::response(xid, applied, Ok(None))),
+                Slot::Read { xid, op, ids, .. } => {
+                    let (result, events) = ops::read(
+                        tree,
+                        &mut self.watches,
+                        conn,
+                        session_id,
+                        &ids,
+                        &op,
+                        &self.limits,
+                    );
+                    if let Err(f) = &result {
+                        if f.code == ErrorCode::LimitExceeded {
+                            if let Some(limit) = Limit::named_in(&f.message) {
+                                limits::record(&self.op_metrics, limit, &f.message);
+                            }
+                        }
+                    }
+                    // Admitted whatever their size: the read waited above
+                    // until the queue was below half its bound.
+                    for e in events {
+                        self.push_sized(conn, frames::event(e), true);
+                    }
+                    self.push_sized(conn, frames::response(xid, applied, result), true);
+                }
+                Slot::Write { .. } => unreachable!("not ready"),
+            }
+        }
+    }
+
+    /// Connections whose reads waited for their queue to drain: try again.
+    pub fn retry_paused(&mut self, tree: &DataTree) {
+        for conn in std::mem::take(&mut self.out_paused) {
+            self.flush(conn, tree);
+        }
+    }
+
+    /// Fills the queue slot of a write that just applied (or failed).
+    pub fn complete_write(
+        &mut self,
+        conn: ConnId,
+        request_id: u64,
+        tree: &DataTree,
+        frame_of: impl FnOnce(u64) -> pb::ServerFrame,
+    ) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        for slot in c.queue.iter_mut() {
+            if let Slot::Write { xid, request_id: r } = slot {
+                if *r == request_id {
+                    let xid = *xid;
+                    *slot = Slot::Done(frame_of(xid));
+                    break;
+                }
+            }
+        }
+        self.flush(conn, tree);
+    }
+
+    /// Sends the watch events of an entry just applied to `tree` at `zxid`.
+    pub fn notify(&mut self, tree: &DataTree, applied: &Applied, zxid: u64) {
+        for t in &applied.triggers {
+            let conns = &self.conns;
+            let heard = self.watches.recipients(tree, applied, t, |conn| {
+                conns.get(&conn).map(|c| c.ids.as_slice())
+            });
+            for conn in heard {
+                self.push(
+                    conn,
+                    frames::event(pb::WatchEvent {
+                        r#type: t.event as i32,
+                        path: t.path.clone(),
+                        zxid,
+                    }),
+                );
+            }
+        }
+    }
+
+    /// A session's CloseSession applied: its connection, if here, is told
+    /// (an expiry) or has its close answered, and goes.
+    pub fn session_closed(&mut self, session_id: u64, reason: CloseReason, tree: &DataTree) {
+        let Some(conn) = self.by_session.remove(&session_id) else {
+            return;
+        };
+        match reason {
+            CloseReason::Expired => {
+                self.push(
+                    conn,
+                    frames::session_event(SessionState::Expired, "session expired"),
+                );
+                self.drop_conn(conn, "session expired");
+            }
+            CloseReason::Client => {
+                // The close answer was queued by complete_write; anything
+                // after it in the queue can no longer be served.
+                self.flush(conn, tree);
+                self.drop_conn(conn, "session closed");
+            }
+        }
+    }
+
+    /// ReadIndex answers: each read is served once `applied` reaches its
+    /// index.
+    pub fn read_states(&mut self, states: Vec<ReadState>, tree: &DataTree) {
+        for rs in states {
+            let Ok(bytes) = <[u8; 8]>::try_from(&rs.request_ctx[..]) else {
+                continue;
+            };
+            let ctx = u64::from_be_bytes(bytes);
+            let Some((conn, _)) = self.read_waiters.remove(&ctx) else {
+                continue;
+            };
+            if let Some(c) = self.conns.get_mut(&conn) {
+                for slot in c.queue.iter_mut() {
+                    if let Slot::Read { read_index, .. } = slot {
+                        if *read_index == ReadIndexWait::Pending(ctx) {
+                            *read_index = ReadIndexWait::At(rs.index);
+                        }
+                    }
+                }
+                self.reads_blocked.entry(rs.index).or_default().insert(conn);
+            }
+        }
+        self.serve_unblocked_reads(tree);
+    }
+
+    /// Serves the reads whose ReadIndex the applied index has reached.
+    pub fn serve_unblocked_reads(&mut self, tree: &DataTree) {
+        let applied = tree.applied_index();
+        while let Some(entry) = self.reads_blocked.first_entry() {
+            if *entry.key() > applied {
+                break;
+            }
+            for conn in entry.remove() {
+                self.flush(conn, tree);
+            }
+        }
+    }
+
+    /// Linearizable reads no leader confirmed within [`PROPOSAL_TIMEOUT`]
+    /// are answered NotReady.
+    pub fn fail_stale_reads(&mut self, now: Instant, tree: &DataTree) {
+        let stale: Vec<(u64, ConnId)> = self
+            .read_waiters
+            .iter()
+            .filter(|(_, (_, since))| now.duration_since(*since) >= PROPOSAL_TIMEOUT)
+            .map(|(ctx, (conn, _))| (*ctx, *conn))
+            .collect();
+        let zxid = tree.applied_index();
+        for (ctx, conn) in stale {
+            self.read_waiters.remove(&ctx);
+            if let Some(c) = self.conns.get_mut(&conn) {
+                for slot in c.queue.iter_mut() {
+                    if let Slot::Read {
+                        xid,
+                        read_index: ReadIndexWait::Pending(p),
+                        ..
+                    } = slot
+                    {
+                        if *p == ctx {
+                            let f = Failure::new(
+                                ErrorCode::NotReady,
+                                "no leader confirmed the read in time (no quorum?)",
+                            );
+                            *slot = Slot::Done(frames::error(*xid, zxid, f));
+                            break;
+                        }
+                    }
+                }
+            }
+            self.flush(conn, tree);
+        }
+    }
+
+    /// Shutting down: every connection's writer drains and closes.
+    pub fn close_all(&mut self) {
+        for (_, c) in self.conns.drain() {
+            c.closed.cancel();
+        }
+    }
+
+    /// A new session created for `conn` (its CreateSession applied): bind
+    /// it and answer the connect.
+    pub fn session_created(&mut self, conn: ConnId, resp: pb::ConnectResponse) {
+        if !self.bind_session(conn, resp.session_id) {
+            return;
+        }
+        if let Some(c) = self.conns.get(&conn) {
+            info!(
+                session_id = format_args!("{:#x}", resp.session_id),
+                peer = %c.peer,
+                timeout_ms = resp.timeout_ms,
+                "session created"
+            );
+        }
+        self.push(conn, frames::connect(resp));
+    }
+}

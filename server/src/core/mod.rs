@@ -1,0 +1,558 @@
+//! The core: the one task that owns the Raft node, the DataTree, the
+//! sessions' liveness and every client connection of this server.
+//!
+//! Connections talk to it over one bounded channel ([`CoreMsg`]); it
+//! answers on each connection's own bounded outbound queue. It runs on a
+//! thread of its own (a current-thread runtime), so the fsync in the Ready
+//! loop blocks no connection task. Its rooms, each the one owner of its
+//! concept:
+//!
+//! - this file: the loop — messages, peer frames and ticks in, the Ready
+//!   loop ([`crate::raft::RaftNode::on_ready`]) and snapshots after;
+//! - [`requests`]: the handshake and each request turned into a slot of its
+//!   connection's queue (answered now, read in turn, or proposed);
+//! - [`proposals`]: what this server proposed and who waits for it
+//!   (register, complete, expire, propose again after a leader change);
+//! - [`clients`]: the reply pipeline — connections, their in-order queues,
+//!   watches and ReadIndex waits;
+//! - [`apply`]: what the Ready loop hands the state machine, and what it
+//!   means for this server's clients;
+//! - [`status`]: this server's and its group's status;
+//! - sessions' liveness is [`crate::session`]'s, who hears a watch event
+//!   [`crate::watch`]'s, and every change to replicated state
+//!   [`DataTree::apply`]'s.
+
+mod apply;
+mod clients;
+mod frames;
+mod proposals;
+mod requests;
+mod status;
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use prost::Message as _;
+use raft::eraftpb::Message as RaftMessage;
+use raft::StateRole;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+use warden_protocol::pb::{self, ErrorCode};
+
+use crate::config::Config;
+use crate::ops::Failure;
+use crate::outbound::OutboundTx;
+use crate::proto::{self, peer_frame, txn::Kind, CloseReason, PeerFrame, Txn};
+use crate::raft::node::{NodeError, RaftTiming};
+use crate::raft::transport::Transport;
+use crate::raft::{DiskStorage, RaftNode};
+use crate::session::Sessions;
+use crate::tree::DataTree;
+use crate::watch::ConnId;
+
+use clients::Clients;
+use proposals::{Proposals, Waiter, PROPOSAL_TIMEOUT};
+
+/// Bound of the channel from connections to the core.
+pub const CORE_QUEUE_MAX: usize = 4096;
+/// Bound of each connection's outbound queue (frames).
+pub const OUTBOUND_FRAMES_MAX: usize = 8192;
+/// Most messages handled before the Ready loop runs (one fsync per batch).
+const BATCH_MSGS_MAX: usize = 1024;
+/// Longest a batch of messages may keep the core from its tick and its
+/// other queue: a tick that comes late delays heartbeats, and a leader
+/// that does not heartbeat for an election timeout loses its followers.
+const BATCH_TIME_MAX: Duration = Duration::from_millis(20);
+/// How often (in ticks) the leader looks for empty containers and expired
+/// TTL nodes.
+const REMOVAL_CHECK_TICKS: u64 = 5;
+/// How often (in ticks) every server tells its peers its own status.
+const STATUS_TICKS: u64 = 5;
+/// Snapshot once this many bytes of entries were applied since the last
+/// one, whatever their count: the log stays bounded in size too.
+const SNAPSHOT_LOG_BYTES: u64 = 64 * 1024 * 1024;
+/// Bound of the channel from peer connections to the core. Kept short:
+/// frames waiting here are stale by the time the core sees them, and a
+/// newer leader's heartbeat waits behind every one of them.
+pub const PEER_INBOX_MAX: usize = 1024;
+
+/// Which protocol a connection speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Door {
+    Native,
+    /// ZooKeeper clients restart their xids on every connection, so a
+    /// (session, xid) pair does not identify a write: no retry dedupe.
+    ZooKeeper,
+}
+
+/// Figures for operators (four-letter words, status pages).
+#[derive(Debug, Clone)]
+pub struct ServerStats {
+    pub status: proto::NodeStatus,
+    pub members: usize,
+    pub nodes: usize,
+    pub connections: usize,
+    pub watches: usize,
+    pub ephemerals: usize,
+    /// Live sessions in the replicated session table.
+    pub sessions: usize,
+    /// New leaders this server has seen since it started.
+    pub leader_changes: u64,
+    /// Proposals this server handed to raft.
+    pub proposals: u64,
+    /// The Ready loop's disk work.
+    pub io: crate::raft::node::IoCounters,
+    /// Size of the last snapshot this server took (0: none yet).
+    pub last_snapshot_bytes: u64,
+    pub zk_port: u16,
+    pub tick_ms: u64,
+    pub min_session_timeout_ms: u32,
+    pub max_session_timeout_ms: u32,
+}
+
+/// A message from a connection task.
+#[derive(Debug)]
+pub enum CoreMsg {
+    /// The handshake: open a new session or resume one.
+    Open {
+        conn: ConnId,
+        peer: SocketAddr,
+        door: Door,
+        out: OutboundTx,
+        /// Cancelled by the core when it is done with the connection.
+        closed: CancellationToken,
+        connect: pb::ConnectRequest,
+        /// The subject of the client's verified TLS certificate (RFC 4514,
+        /// e.g. `CN=alice,O=acme`); `None` without TLS or a certificate.
+        tls_subject: Option<String>,
+    },
+    /// A request on an open connection.
+    Request { conn: ConnId, request: pb::Request },
+    /// The connection is gone.
+    Closed { conn: ConnId },
+    /// Operator figures.
+    Stats { reply: oneshot::Sender<ServerStats> },
+    /// The member view (`wardenctl cluster status`, HTTP `/status`,
+    /// `/health`).
+    Cluster {
+        reply: oneshot::Sender<pb::ClusterStatusResponse>,
+    },
+}
+
+/// What the core reports to whoever started it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoreState {
+    Starting,
+    /// A leader is known and the log is replayed: clients may connect.
+    Ready,
+    Stopped,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    #[error("raft: {0}")]
+    Node(#[from] NodeError),
+    #[error("storage: {0}")]
+    Storage(#[from] crate::raft::StorageError),
+    #[error("snapshot on disk is unreadable: {0}")]
+    Snapshot(String),
+}
+
+/// Everything but the raft node: the state machine and its clients (the
+/// [`crate::raft::ReadyHandler`] the Ready loop drives).
+struct Machine {
+    node_id: u64,
+    cfg: Config,
+    tree: DataTree,
+    clients: Clients,
+    sessions: Sessions,
+    proposals: Proposals,
+    /// Guarded deletes proposed and not yet applied (path).
+    removals_inflight: HashSet<String>,
+    role: StateRole,
+    leader_id: u64,
+    transport: Transport,
+    /// Latest status each peer sent us, and when.
+    peer_status: HashMap<u64, (proto::NodeStatus, Instant)>,
+    /// The client address clients use for this server (for status).
+    client_addr: String,
+    /// Set when a new leader became known; the core then re-proposes.
+    leader_changed: bool,
+    /// How many times a new leader became known (for `/metrics`).
+    leader_changes: u64,
+    /// Set when a member was added: a snapshot that includes it is taken at
+    /// once, so the new member can be initialized from it.
+    snapshot_wanted: bool,
+    /// Request counts and latencies by operation.
+    op_metrics: crate::opmetrics::OpMetrics,
+    /// Bytes of entries applied since the last snapshot.
+    applied_bytes: u64,
+}
+
+pub struct Core {
+    raft: RaftNode,
+    m: Machine,
+    last_snapshot_index: u64,
+    ticks: u64,
+    /// Size of the last snapshot this server took, in bytes.
+    last_snapshot_bytes: u64,
+}
+
+impl Core {
+    /// Opens the storage, restores the latest snapshot and starts the node.
+    /// `runtime` runs the peer connections.
+    pub fn open(
+        cfg: Config,
+        client_addr: SocketAddr,
+        runtime: tokio::runtime::Handle,
+        op_metrics: crate::opmetrics::OpMetrics,
+    ) -> Result<Self, CoreError> {
+        std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
+            CoreError::Storage(crate::raft::StorageError::Corrupt {
+                what: "data dir",
+                detail: format!("{}: {e}", cfg.data_dir.display()),
+            })
+        })?;
+        let storage = DiskStorage::open(&cfg.data_dir.join("raft"))?;
+        let tree = match storage.load_snapshot()? {
+            Some(snap) => {
+                let decoded = proto::Snapshot::decode(&snap.data[..])
+                    .map_err(|e| CoreError::Snapshot(e.to_string()))?;
+                let tree = DataTree::from_snapshot(&decoded)
+                    .map_err(|e| CoreError::Snapshot(e.to_string()))?;
+                info!(
+                    index = tree.applied_index(),
+                    nodes = tree.node_count(),
+                    "restored snapshot"
+                );
+                tree
+            }
+            None => DataTree::new(),
+        };
+        let applied = tree.applied_index();
+        let voters = cfg.peers.iter().map(|p| p.id).collect();
+        let timing = RaftTiming {
+            election_ticks: cfg.election_ticks,
+            heartbeat_ticks: cfg.heartbeat_ticks,
+        };
+        let mut raft = RaftNode::open(cfg.id, voters, cfg.join, storage, &timing, applied)?;
+        raft.set_io_histograms(
+            op_metrics.fsync_seconds.clone(),
+            op_metrics.append_batch_entries.clone(),
+        );
+        let links = crate::raft::transport::PeerLinks::of(cfg.tls.as_ref());
+        let mut transport = Transport::new(cfg.id, runtime, links);
+        for p in &cfg.peers {
+            transport.add_peer(p.id, &p.addr);
+        }
+        // Members added later by conf changes override --peers.
+        for (id, addr) in tree.members() {
+            transport.add_peer(*id, addr);
+        }
+        let clients = Clients::new(cfg.limits, op_metrics.clone());
+        Ok(Self {
+            raft,
+            m: Machine {
+                node_id: cfg.id,
+                cfg,
+                tree,
+                clients,
+                sessions: Sessions::default(),
+                proposals: Proposals::new(),
+                removals_inflight: HashSet::new(),
+                role: StateRole::Follower,
+                leader_id: 0,
+                transport,
+                peer_status: HashMap::new(),
+                client_addr: client_addr.to_string(),
+                leader_changed: false,
+                leader_changes: 0,
+                snapshot_wanted: false,
+                op_metrics,
+                applied_bytes: 0,
+            },
+            last_snapshot_index: applied,
+            last_snapshot_bytes: 0,
+            ticks: 0,
+        })
+    }
+
+    /// Runs until `shutdown` fires or every sender is dropped.
+    pub async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<CoreMsg>,
+        mut peer_rx: mpsc::Receiver<PeerFrame>,
+        state: watch::Sender<CoreState>,
+        mut shutdown: oneshot::Receiver<()>,
+    ) -> Result<(), CoreError> {
+        let mut ticker = tokio::time::interval(self.m.cfg.tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let result = loop {
+            tokio::select! {
+                _ = &mut shutdown => break Ok(()),
+                msg = rx.recv() => {
+                    let Some(msg) = msg else { break Ok(()) };
+                    let started = Instant::now();
+                    self.handle(msg);
+                    for _ in 0..BATCH_MSGS_MAX {
+                        if started.elapsed() >= BATCH_TIME_MAX {
+                            break;
+                        }
+                        match rx.try_recv() {
+                            Ok(msg) => self.handle(msg),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                frame = peer_rx.recv() => {
+                    if let Some(frame) = frame {
+                        let started = Instant::now();
+                        self.on_peer(frame);
+                        for _ in 0..BATCH_MSGS_MAX {
+                            if started.elapsed() >= BATCH_TIME_MAX {
+                                break;
+                            }
+                            match peer_rx.try_recv() {
+                                Ok(frame) => self.on_peer(frame),
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                }
+                _ = ticker.tick() => self.on_tick(),
+            }
+            if let Err(e) = self.drive() {
+                break Err(e);
+            }
+            if *state.borrow() == CoreState::Starting && self.is_ready() {
+                info!(
+                    leader = self.m.leader_id,
+                    applied = self.m.tree.applied_index(),
+                    "ready"
+                );
+                let _ = state.send(CoreState::Ready);
+            }
+        };
+        if let Err(e) = &result {
+            error!(error = %e, "core stopped");
+        }
+        // Let every connection's writer drain and close.
+        self.m.clients.close_all();
+        self.m.transport.shutdown();
+        let _ = self.raft.storage().sync();
+        let _ = state.send(CoreState::Stopped);
+        result
+    }
+
+    fn is_ready(&self) -> bool {
+        self.m.leader_id != 0
+            && self.m.tree.applied_index() >= self.raft.storage().hard_state().commit
+    }
+
+    /// Runs the Ready loop until raft has nothing more, then snapshots if due.
+    fn drive(&mut self) -> Result<(), CoreError> {
+        self.ready_loop()?;
+        if std::mem::take(&mut self.m.leader_changed) {
+            self.repropose_after_leader_change();
+            self.ready_loop()?;
+        }
+        let applied = self.m.tree.applied_index();
+        let due = applied >= self.last_snapshot_index + self.m.cfg.snapshot_entries
+            || self.m.applied_bytes >= SNAPSHOT_LOG_BYTES;
+        if (std::mem::take(&mut self.m.snapshot_wanted) || due)
+            && applied > self.last_snapshot_index
+        {
+            let started = Instant::now();
+            let data = self.m.tree.to_snapshot().encode_to_vec();
+            let bytes = data.len();
+            self.last_snapshot_bytes = bytes as u64;
+            self.raft.compact(applied, data)?;
+            self.last_snapshot_index = applied;
+            self.m.applied_bytes = 0;
+            info!(
+                index = applied,
+                bytes,
+                took_ms = started.elapsed().as_millis() as u64,
+                "snapshot taken, log compacted"
+            );
+        }
+        Ok(())
+    }
+
+    fn ready_loop(&mut self) -> Result<(), CoreError> {
+        while self.raft.has_ready() {
+            self.raft.on_ready(&mut self.m)?;
+            self.m.clients.serve_unblocked_reads(&self.m.tree);
+        }
+        Ok(())
+    }
+
+    fn on_tick(&mut self) {
+        self.raft.tick();
+        self.ticks += 1;
+        self.m.clients.retry_paused(&self.m.tree);
+        self.expire_waiters(Instant::now());
+        if self.ticks.is_multiple_of(STATUS_TICKS) {
+            self.broadcast_status();
+        }
+        if self.m.role != StateRole::Leader {
+            self.report_touches();
+            return;
+        }
+        for id in self.m.sessions.take_expired(Instant::now()) {
+            info!(session_id = format_args!("{id:#x}"), "session expired");
+            let txn = Txn {
+                kind: Some(Kind::CloseSession(proto::CloseSessionTxn {
+                    session_id: id,
+                    reason: CloseReason::Expired as i32,
+                })),
+                ..Default::default()
+            };
+            if self.propose(txn, 0).is_err() {
+                self.m.sessions.close_failed(id);
+            }
+        }
+        if self.ticks.is_multiple_of(REMOVAL_CHECK_TICKS) {
+            for guarded in self.m.tree.removal_candidates(proposals::now_ms()) {
+                if !self.m.removals_inflight.insert(guarded.path.clone()) {
+                    continue;
+                }
+                debug!(path = %guarded.path, "proposing removal of empty container / expired TTL node");
+                let path = guarded.path.clone();
+                let txn = Txn {
+                    kind: Some(Kind::GuardedDelete(guarded)),
+                    ..Default::default()
+                };
+                if self.propose(txn, 0).is_err() {
+                    self.m.removals_inflight.remove(&path);
+                }
+            }
+        }
+    }
+
+    /// A frame from a peer.
+    ///
+    /// Only members (configured peers, or added by a conf change) are
+    /// heard: a frame naming another sender is dropped, so an unknown
+    /// process can neither grow the peer table nor touch sessions. This is
+    /// hygiene, not authentication: without TLS anyone who reaches the peer
+    /// port can claim a member's id (mutual TLS is what keeps them out).
+    fn on_peer(&mut self, frame: PeerFrame) {
+        let from = frame.from;
+        if from == self.m.node_id
+            || (self.m.transport.addr_of(from).is_none()
+                && !self.m.tree.members().contains_key(&from))
+        {
+            debug!(from, "frame from a node that is not a member; dropped");
+            return;
+        }
+        match frame.kind {
+            Some(peer_frame::Kind::Raft(bytes)) => {
+                match <RaftMessage as protobuf::Message>::parse_from_bytes(&bytes) {
+                    Ok(msg) if msg.from != from || msg.to != self.m.node_id => {
+                        debug!(
+                            from,
+                            msg_from = msg.from,
+                            msg_to = msg.to,
+                            "raft message with another sender or recipient; dropped"
+                        );
+                    }
+                    Ok(msg) => {
+                        if let Err(e) = self.raft.step(msg) {
+                            debug!(from = frame.from, error = %e, "raft message refused");
+                        }
+                    }
+                    Err(e) => warn!(from = frame.from, error = %e, "undecodable raft message"),
+                }
+            }
+            // Ignored unless we lead (a follower that thinks we lead; its
+            // next report finds the leader).
+            Some(peer_frame::Kind::Touch(t)) => {
+                self.m
+                    .sessions
+                    .touched_elsewhere(t.session_ids, Instant::now());
+            }
+            Some(peer_frame::Kind::Status(st)) => {
+                self.m.peer_status.insert(frame.from, (st, Instant::now()));
+            }
+            None => {}
+        }
+    }
+
+    /// A follower forwards the sessions it heard from to the leader, which
+    /// alone tracks deadlines.
+    fn report_touches(&mut self) {
+        if self.m.leader_id == 0 {
+            return;
+        }
+        let session_ids = self.m.sessions.take_touched();
+        if session_ids.is_empty() {
+            return;
+        }
+        let frame = PeerFrame {
+            from: self.m.node_id,
+            kind: Some(peer_frame::Kind::Touch(proto::SessionTouch { session_ids })),
+        };
+        self.m.transport.send(self.m.leader_id, frame);
+    }
+
+    /// Proposes again the membership changes raft has not applied, and
+    /// answers the requests raft has not settled within
+    /// [`PROPOSAL_TIMEOUT`].
+    fn expire_waiters(&mut self, now: Instant) {
+        for change in self.m.proposals.conf_changes_due(now) {
+            let context = change.context.to_vec();
+            if let Err(e) = self.raft.propose_conf_change(context, change) {
+                debug!(error = %e, "membership change re-proposal dropped");
+            }
+        }
+        for (request_id, waiter) in self.m.proposals.take_expired(now) {
+            let msg = format!(
+                "not committed within {} ms (no quorum or a leader change); it may or may not be applied",
+                PROPOSAL_TIMEOUT.as_millis()
+            );
+            let zxid = self.m.tree.applied_index();
+            match waiter {
+                Waiter::Connect { conn, .. } => {
+                    self.m.clients.refuse_connect(
+                        conn,
+                        ErrorCode::NotReady,
+                        msg,
+                        zxid,
+                        self.m.node_id,
+                    );
+                }
+                Waiter::Request { conn } => {
+                    self.m
+                        .clients
+                        .complete_write(conn, request_id, &self.m.tree, |xid| {
+                            frames::error(xid, zxid, Failure::new(ErrorCode::OperationTimeout, msg))
+                        });
+                }
+            }
+        }
+        self.m.clients.fail_stale_reads(now, &self.m.tree);
+    }
+
+    /// After a leader change, proposals this server made may have died
+    /// with the old leader. Propose them again: a txn that did commit is
+    /// recognised on its second apply (session + xid, or an existing
+    /// session id) and changes nothing.
+    fn repropose_after_leader_change(&mut self) {
+        let again = self.m.proposals.for_reproposal(Instant::now());
+        if !again.is_empty() {
+            info!(
+                count = again.len(),
+                leader = self.m.leader_id,
+                "re-proposing after a leader change"
+            );
+        }
+        for p in again {
+            if let Err(e) = self.raft.propose(p) {
+                debug!(error = %e, "re-proposal dropped");
+            }
+        }
+    }
+}

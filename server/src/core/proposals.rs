@@ -1,0 +1,279 @@
+//! Proposals in flight: what this server handed to raft and who waits for
+//! the answer. One table, keyed by the request id that travels in the
+//! proposal (or in a conf change's context) and comes back when the entry
+//! applies.
+//!
+//! The table decides three things over time: which waiters raft has not
+//! settled within [`PROPOSAL_TIMEOUT`] (they get an error), which
+//! membership changes to propose again (raft silently drops one proposed
+//! while another is pending), and which proposals may be made again after
+//! a leader change (those whose second apply changes nothing).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use prost::Message as _;
+use raft::eraftpb::ConfChange;
+
+use crate::proto::{Proposal, Txn};
+use crate::watch::ConnId;
+
+/// How long a write or a linearizable read may wait for raft before it is
+/// answered with an error (a leader change or a lost quorum otherwise
+/// leaves it waiting for ever). The outcome of such a write is unknown.
+pub const PROPOSAL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often an unapplied membership change is proposed again.
+pub const CONF_CHANGE_RETRY: Duration = Duration::from_secs(1);
+
+/// Who waits for an entry this server proposed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiter {
+    /// A new session for this connection.
+    Connect { conn: ConnId, timeout_ms: u32 },
+    /// A write request (or membership change) in `conn`'s queue.
+    Request { conn: ConnId },
+}
+
+#[derive(Debug)]
+struct Waiting {
+    waiter: Waiter,
+    since: Instant,
+    /// The encoded proposal, when it is safe to propose again after a
+    /// leader change (applying it twice changes nothing).
+    again: Option<Vec<u8>>,
+    /// A membership change, and when it was last proposed.
+    conf_change: Option<(ConfChange, Instant)>,
+}
+
+#[derive(Debug)]
+pub struct Proposals {
+    waiting: HashMap<u64, Waiting>,
+    next_id: u64,
+    /// Proposals handed to raft (for `/metrics`).
+    proposed: u64,
+}
+
+impl Default for Proposals {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Proposals {
+    pub fn new() -> Self {
+        Self {
+            waiting: HashMap::new(),
+            // Random start: ids stay unique across restarts, so an entry of
+            // an earlier life replayed from the log never answers a new
+            // request.
+            next_id: rand::random::<u64>() >> 1,
+            proposed: 0,
+        }
+    }
+
+    /// A fresh request id (never 0: 0 means "nobody waits").
+    pub fn next_id(&mut self) -> u64 {
+        self.next_id = self.next_id.wrapping_add(1).max(1);
+        self.next_id
+    }
+
+    /// The log entry for `txn`, proposed by `node_id` for `request_id` now.
+    pub fn encode(&mut self, node_id: u64, request_id: u64, txn: Txn) -> Vec<u8> {
+        self.proposed += 1;
+        Proposal {
+            origin_node: node_id,
+            request_id,
+            time_ms: now_ms(),
+            txn: Some(txn),
+        }
+        .encode_to_vec()
+    }
+
+    /// How many proposals this server made.
+    pub fn proposed(&self) -> u64 {
+        self.proposed
+    }
+
+    /// `waiter` waits for the entry of `request_id`; `again`: the encoded
+    /// proposal, if it may be proposed again after a leader change.
+    pub fn register(
+        &mut self,
+        request_id: u64,
+        waiter: Waiter,
+        again: Option<Vec<u8>>,
+        now: Instant,
+    ) {
+        self.waiting.insert(
+            request_id,
+            Waiting {
+                waiter,
+                since: now,
+                again,
+                conf_change: None,
+            },
+        );
+    }
+
+    /// A membership change for `conn`'s request, proposed now.
+    pub fn register_conf_change(
+        &mut self,
+        request_id: u64,
+        conn: ConnId,
+        change: ConfChange,
+        now: Instant,
+    ) {
+        self.waiting.insert(
+            request_id,
+            Waiting {
+                waiter: Waiter::Request { conn },
+                since: now,
+                again: None,
+                conf_change: Some((change, now)),
+            },
+        );
+    }
+
+    /// The entry of `request_id` applied: who waited for it, if anyone.
+    pub fn complete(&mut self, request_id: u64) -> Option<Waiter> {
+        self.waiting.remove(&request_id).map(|w| w.waiter)
+    }
+
+    /// New sessions proposed and not yet applied.
+    pub fn connects_pending(&self) -> usize {
+        self.waiting
+            .values()
+            .filter(|w| matches!(w.waiter, Waiter::Connect { .. }))
+            .count()
+    }
+
+    /// The waiters raft has not settled within [`PROPOSAL_TIMEOUT`],
+    /// forgotten here (sorted by request id).
+    pub fn take_expired(&mut self, now: Instant) -> Vec<(u64, Waiter)> {
+        let mut expired: Vec<u64> = self
+            .waiting
+            .iter()
+            .filter(|(_, w)| now.duration_since(w.since) >= PROPOSAL_TIMEOUT)
+            .map(|(id, _)| *id)
+            .collect();
+        expired.sort_unstable();
+        expired
+            .into_iter()
+            .filter_map(|id| self.waiting.remove(&id).map(|w| (id, w.waiter)))
+            .collect()
+    }
+
+    /// Membership changes not applied [`CONF_CHANGE_RETRY`] after they were
+    /// last proposed: to propose again (applying one twice is a no-op).
+    pub fn conf_changes_due(&mut self, now: Instant) -> Vec<ConfChange> {
+        let mut due = Vec::new();
+        for w in self.waiting.values_mut() {
+            if let Some((change, last)) = &mut w.conf_change {
+                if now.duration_since(*last) >= CONF_CHANGE_RETRY {
+                    *last = now;
+                    due.push(change.clone());
+                }
+            }
+        }
+        due
+    }
+
+    /// After a leader change: the proposals that may be made again (their
+    /// first one may have died with the old leader), each waiting a full
+    /// timeout from now.
+    pub fn for_reproposal(&mut self, now: Instant) -> Vec<Vec<u8>> {
+        let mut again = Vec::new();
+        for w in self.waiting.values_mut() {
+            if let Some(p) = &w.again {
+                w.since = now;
+                again.push(p.clone());
+            }
+        }
+        again
+    }
+}
+
+/// Wall clock, milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_fresh_and_never_zero() {
+        let mut p = Proposals::new();
+        p.next_id = u64::MAX;
+        assert_eq!(p.next_id(), 1);
+        assert_eq!(p.next_id(), 2);
+    }
+
+    #[test]
+    fn complete_answers_once() {
+        let mut p = Proposals::new();
+        let now = Instant::now();
+        p.register(7, Waiter::Request { conn: 3 }, None, now);
+        p.register(
+            8,
+            Waiter::Connect {
+                conn: 4,
+                timeout_ms: 10,
+            },
+            None,
+            now,
+        );
+        assert_eq!(p.connects_pending(), 1);
+        assert_eq!(p.complete(7), Some(Waiter::Request { conn: 3 }));
+        assert_eq!(p.complete(7), None);
+        assert_eq!(p.complete(9), None);
+    }
+
+    #[test]
+    fn expiry_after_the_timeout_and_reproposal_restarts_the_clock() {
+        let mut p = Proposals::new();
+        let t0 = Instant::now();
+        p.register(1, Waiter::Request { conn: 1 }, Some(vec![1]), t0);
+        p.register(2, Waiter::Request { conn: 2 }, None, t0);
+        assert!(p.take_expired(t0 + PROPOSAL_TIMEOUT / 2).is_empty());
+        // Only the idempotent one is proposed again, with a fresh clock.
+        let later = t0 + PROPOSAL_TIMEOUT / 2;
+        assert_eq!(p.for_reproposal(later), vec![vec![1]]);
+        assert_eq!(
+            p.take_expired(t0 + PROPOSAL_TIMEOUT),
+            vec![(2, Waiter::Request { conn: 2 })]
+        );
+        assert_eq!(
+            p.take_expired(later + PROPOSAL_TIMEOUT),
+            vec![(1, Waiter::Request { conn: 1 })]
+        );
+        assert_eq!(p.complete(1), None);
+    }
+
+    #[test]
+    fn conf_changes_are_retried_each_interval() {
+        let mut p = Proposals::new();
+        let t0 = Instant::now();
+        let change = ConfChange {
+            node_id: 4,
+            ..Default::default()
+        };
+        p.register_conf_change(5, 9, change.clone(), t0);
+        assert!(p.conf_changes_due(t0 + CONF_CHANGE_RETRY / 2).is_empty());
+        assert_eq!(p.conf_changes_due(t0 + CONF_CHANGE_RETRY), vec![change]);
+        assert!(p.conf_changes_due(t0 + CONF_CHANGE_RETRY).is_empty());
+        assert_eq!(p.complete(5), Some(Waiter::Request { conn: 9 }));
+    }
+
+    #[test]
+    fn encode_counts_and_carries_the_origin() {
+        let mut p = Proposals::new();
+        let bytes = p.encode(3, 42, Txn::default());
+        let decoded = Proposal::decode(&bytes[..]).unwrap();
+        assert_eq!((decoded.origin_node, decoded.request_id), (3, 42));
+        assert_eq!(p.proposed(), 1);
+    }
+}

@@ -1,0 +1,352 @@
+//! Requests from connections: the handshake, and each request turned into
+//! a slot of its connection's queue — answered at once, served from the
+//! tree in its turn, or proposed to raft and answered when it applies.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use prost::Message as _;
+use raft::eraftpb::{ConfChange, ConfChangeType};
+use tracing::{debug, info};
+use warden_protocol::pb::{self, response::Result as Res, ErrorCode};
+
+use super::clients::{ReadIndexWait, Slot};
+use super::frames;
+use super::proposals::Waiter;
+use super::{Core, CoreMsg, Door};
+use crate::limits;
+use crate::ops::{self, Failure, Plan};
+use crate::proto::{self, txn::Kind, AuthInfo, CloseReason, Txn};
+use crate::session::{self, Handshake, SessionBounds};
+use crate::watch::ConnId;
+
+impl Core {
+    pub(super) fn handle(&mut self, msg: CoreMsg) {
+        match msg {
+            CoreMsg::Open {
+                conn,
+                peer,
+                door,
+                out,
+                closed,
+                connect,
+                tls_subject,
+            } => {
+                if let Some(subject) = &tls_subject {
+                    debug!(conn, %subject, "client certificate verified");
+                }
+                // Before any request of the connection can arrive (this
+                // task handles them, in order).
+                let ids = crate::auth::connection_ids(peer, tls_subject.as_deref());
+                self.m.clients.open(conn, peer, door, out, closed, ids);
+                self.open_session(conn, peer, &connect);
+            }
+            CoreMsg::Stats { reply } => {
+                let _ = reply.send(self.stats());
+            }
+            CoreMsg::Cluster { reply } => {
+                let _ = reply.send(self.cluster_status());
+            }
+            CoreMsg::Request { conn, request } => self.request(conn, request),
+            CoreMsg::Closed { conn } => self.m.clients.drop_conn(conn, "connection closed"),
+        }
+    }
+
+    fn open_session(&mut self, conn: ConnId, peer: SocketAddr, c: &pb::ConnectRequest) {
+        let bounds = SessionBounds {
+            min_timeout_ms: self.m.cfg.min_session_timeout_ms,
+            max_timeout_ms: self.m.cfg.max_session_timeout_ms,
+            max_sessions: self.m.cfg.limits.sessions,
+        };
+        let creating = self.m.proposals.connects_pending();
+        match session::handshake(&self.m.tree, self.m.node_id, bounds, c, creating) {
+            Handshake::Refuse {
+                code,
+                message,
+                limit,
+            } => {
+                if let Some(limit) = limit {
+                    limits::record(&self.m.op_metrics, limit, &message);
+                }
+                self.refuse_connect(conn, code, message);
+            }
+            Handshake::Create(cs) => {
+                let request_id = self.m.proposals.next_id();
+                let timeout_ms = cs.timeout_ms;
+                let txn = Txn {
+                    kind: Some(Kind::CreateSession(cs)),
+                    ..Default::default()
+                };
+                match self.propose(txn, request_id) {
+                    // Creating a session twice changes nothing: safe to
+                    // propose again after a leader change.
+                    Ok(proposal) => self.m.proposals.register(
+                        request_id,
+                        Waiter::Connect { conn, timeout_ms },
+                        Some(proposal),
+                        Instant::now(),
+                    ),
+                    Err(f) => self.refuse_connect(conn, f.code, f.message),
+                }
+            }
+            Handshake::Resume(resp) => {
+                let id = resp.session_id;
+                self.m.clients.bind_session(conn, id);
+                self.m.sessions.touch(id, Instant::now());
+                debug!(session_id = format_args!("{id:#x}"), %peer, "session resumed");
+                self.m.clients.push(conn, frames::connect(resp));
+            }
+        }
+    }
+
+    fn refuse_connect(&mut self, conn: ConnId, code: ErrorCode, message: String) {
+        let zxid = self.m.tree.applied_index();
+        self.m
+            .clients
+            .refuse_connect(conn, code, message, zxid, self.m.node_id);
+    }
+
+    /// Queues `slot` for `conn` and sends what is ready.
+    fn answer(&mut self, conn: ConnId, slot: Slot, op: &'static str) {
+        self.m.clients.enqueue(conn, slot, op);
+        self.m.clients.flush(conn, &self.m.tree);
+    }
+
+    fn request(&mut self, conn: ConnId, request: pb::Request) {
+        let Some(c) = self.m.clients.get(conn) else {
+            return;
+        };
+        let xid = request.xid;
+        let door = c.door;
+        let ids = c.ids.clone();
+        let zxid = self.m.tree.applied_index();
+        let Some(session_id) = c.session else {
+            // Requests before the session is established are out of order.
+            let f = Failure::new(
+                ErrorCode::MarshallingError,
+                "request before the session was established",
+            );
+            self.answer(conn, Slot::Done(frames::error(xid, 0, f)), "invalid");
+            return;
+        };
+        // A backstop: the connection task stops reading at this many
+        // unanswered requests, so the queue never gets here.
+        let inflight_max = self.m.cfg.limits.outstanding_requests;
+        if c.in_flight() >= inflight_max {
+            let f = Failure::new(
+                ErrorCode::Throttled,
+                format!("more than {inflight_max} requests in flight on one connection"),
+            );
+            self.answer(conn, Slot::Done(frames::error(xid, zxid, f)), "throttled");
+            return;
+        }
+        self.m.sessions.touch(session_id, Instant::now());
+        let Some(op) = request.op else {
+            let f = Failure::new(ErrorCode::BadArguments, "request has no operation");
+            self.answer(conn, Slot::Done(frames::error(xid, zxid, f)), "invalid");
+            return;
+        };
+        let op_name = crate::opmetrics::op_name(&op);
+        if let pb::request::Op::Auth(a) = op {
+            let slot = self.auth(conn, xid, a);
+            self.answer(conn, slot, op_name);
+            return;
+        }
+        let slot = match ops::plan(op, session_id, &ids) {
+            Plan::Reject(f) => Slot::Done(frames::error(xid, zxid, f)),
+            Plan::Ping => Slot::Ping { xid },
+            Plan::ClusterStatus => {
+                let status = self.cluster_status();
+                Slot::Done(frames::response(
+                    xid,
+                    zxid,
+                    Ok(Some(Res::ClusterStatus(status))),
+                ))
+            }
+            Plan::AddMember(_) | Plan::RemoveMember(_)
+                if !crate::tree::acl::allowed(
+                    self.m.tree.node_acl("/").unwrap_or(&[]),
+                    &ids,
+                    warden_protocol::perms::ADMIN,
+                ) =>
+            {
+                // Membership is the cluster's, guarded by ADMIN on the
+                // root. Checked on this server's tree: a conf change is
+                // not a Txn the tree applies.
+                let f = Failure::new(
+                    ErrorCode::NoAuth,
+                    crate::tree::acl::no_auth_message("/", warden_protocol::perms::ADMIN, &ids),
+                );
+                Slot::Done(frames::error(xid, zxid, f))
+            }
+            Plan::AddMember(r) => {
+                let change_type = if r.learner {
+                    ConfChangeType::AddLearnerNode
+                } else {
+                    ConfChangeType::AddNode
+                };
+                self.conf_change_slot(conn, xid, change_type, r.id, r.addr)
+            }
+            Plan::RemoveMember(r) if r.id == self.m.node_id => {
+                // This server would never learn that its own removal
+                // committed (the group stops talking to it), so the answer
+                // could not come.
+                let f = Failure::new(
+                    ErrorCode::BadArguments,
+                    format!("server {} cannot remove itself: ask another member", r.id),
+                );
+                Slot::Done(frames::error(xid, zxid, f))
+            }
+            Plan::RemoveMember(r) => {
+                self.conf_change_slot(conn, xid, ConfChangeType::RemoveNode, r.id, String::new())
+            }
+            Plan::Read { op, linearizable } => {
+                let read_index = if linearizable {
+                    let ctx = self.m.proposals.next_id();
+                    self.m.clients.await_read_index(ctx, conn);
+                    self.raft.read_index(ctx.to_be_bytes().to_vec());
+                    ReadIndexWait::Pending(ctx)
+                } else {
+                    ReadIndexWait::None
+                };
+                Slot::Read {
+                    xid,
+                    op,
+                    read_index,
+                    ids,
+                }
+            }
+            Plan::Write(mut txn) => {
+                // Tagged so that a retry of this xid is applied at most once.
+                txn.session_id = session_id;
+                // Checked against the ACLs where the txn applies.
+                txn.auth = Some(AuthInfo {
+                    ids: ids.as_ref().clone(),
+                });
+                if door == Door::Native {
+                    txn.xid = xid;
+                }
+                self.write_slot(conn, xid, txn)
+            }
+            Plan::Close => {
+                let txn = Txn {
+                    kind: Some(Kind::CloseSession(proto::CloseSessionTxn {
+                        session_id,
+                        reason: CloseReason::Client as i32,
+                    })),
+                    ..Default::default()
+                };
+                self.write_slot(conn, xid, txn)
+            }
+        };
+        self.answer(conn, slot, op_name);
+    }
+
+    /// An auth request: adds identities to the connection, answered in
+    /// its turn. A refusal (AuthFailed) changes nothing; what to do about
+    /// it is the door's choice (the ZooKeeper door closes the connection,
+    /// as ZooKeeper does).
+    fn auth(&mut self, conn: ConnId, xid: u64, a: pb::AuthRequest) -> Slot {
+        let zxid = self.m.tree.applied_index();
+        let Some(c) = self.m.clients.get(conn) else {
+            return Slot::Done(frames::response(xid, zxid, Ok(None)));
+        };
+        let peer = c.peer;
+        let added = self
+            .m
+            .cfg
+            .auth
+            .authenticate(&a.scheme, &a.auth)
+            .and_then(|new| {
+                let mut ids = c.ids.as_ref().clone();
+                crate::auth::add_ids(&mut ids, new)?;
+                Ok(ids)
+            });
+        match added {
+            Ok(ids) => {
+                debug!(conn, %peer, ids = %crate::tree::acl::describe(&ids), "auth added");
+                self.m.clients.set_ids(conn, ids);
+                Slot::Done(frames::response(xid, zxid, Ok(None)))
+            }
+            Err(why) => {
+                info!(conn, %peer, scheme = %a.scheme.escape_debug(), %why, "auth refused");
+                let f = Failure::new(ErrorCode::AuthFailed, why);
+                Slot::Done(frames::error(xid, zxid, f))
+            }
+        }
+    }
+
+    fn conf_change_slot(
+        &mut self,
+        conn: ConnId,
+        xid: u64,
+        change_type: ConfChangeType,
+        node_id: u64,
+        addr: String,
+    ) -> Slot {
+        let request_id = self.m.proposals.next_id();
+        let context = proto::ConfChangeContext {
+            origin_node: self.m.node_id,
+            request_id,
+            addr,
+        }
+        .encode_to_vec();
+        // The context travels inside the ConfChange itself (the entry's own
+        // context field is not handed back on apply).
+        let change = ConfChange {
+            change_type,
+            node_id,
+            context: context.clone().into(),
+            ..Default::default()
+        };
+        match self.raft.propose_conf_change(context, change.clone()) {
+            Ok(()) => {
+                info!(node_id, ?change_type, "membership change proposed");
+                self.m
+                    .proposals
+                    .register_conf_change(request_id, conn, change, Instant::now());
+                Slot::Write { xid, request_id }
+            }
+            Err(e) => {
+                let f = Failure::new(
+                    ErrorCode::NotReady,
+                    format!("membership change for {node_id} refused: {e}"),
+                );
+                Slot::Done(frames::error(xid, self.m.tree.applied_index(), f))
+            }
+        }
+    }
+
+    fn write_slot(&mut self, conn: ConnId, xid: u64, txn: Txn) -> Slot {
+        let request_id = self.m.proposals.next_id();
+        // A write tagged with its session and xid is recognised on a
+        // second apply: safe to propose again after a leader change.
+        let idempotent = txn.session_id != 0 && txn.xid != 0;
+        match self.propose(txn, request_id) {
+            Ok(proposal) => {
+                self.m.proposals.register(
+                    request_id,
+                    Waiter::Request { conn },
+                    idempotent.then_some(proposal),
+                    Instant::now(),
+                );
+                Slot::Write { xid, request_id }
+            }
+            Err(f) => Slot::Done(frames::error(xid, self.m.tree.applied_index(), f)),
+        }
+    }
+
+    /// Proposes `txn`; returns the encoded proposal (kept for re-proposal
+    /// after a leader change).
+    pub(super) fn propose(&mut self, txn: Txn, request_id: u64) -> Result<Vec<u8>, Failure> {
+        let proposal = self.m.proposals.encode(self.m.node_id, request_id, txn);
+        self.raft.propose(proposal.clone()).map_err(|e| {
+            debug!(error = %e, "proposal dropped");
+            Failure::new(
+                ErrorCode::NotReady,
+                format!("no leader to accept the write ({e})"),
+            )
+        })?;
+        Ok(proposal)
+    }
+}
