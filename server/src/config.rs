@@ -59,9 +59,21 @@ pub struct ServeArgs {
     /// Largest session timeout granted to clients.
     #[arg(long, default_value_t = 60_000)]
     pub max_session_timeout_ms: u32,
-    /// Take a snapshot and compact the log every this many applied entries.
-    #[arg(long, default_value_t = 10_000)]
+    /// Take a snapshot every this many applied entries (or every
+    /// --snapshot-bytes of them, whichever comes first). The log is kept
+    /// apart from snapshots: see --max-log-bytes.
+    #[arg(long, default_value_t = 100_000)]
     pub snapshot_entries: u64,
+    /// Take a snapshot once this many bytes of entries were applied since
+    /// the last one.
+    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    pub snapshot_bytes: u64,
+    /// The log is compacted only below what every member has, so a slow
+    /// follower catches up from it; past this many bytes it is compacted up
+    /// to the latest snapshot anyway, and a member that far behind is sent
+    /// the snapshot.
+    #[arg(long, default_value_t = 256 * 1024 * 1024)]
+    pub max_log_bytes: u64,
     /// This server's certificate chain (PEM). With --tls-key, the client,
     /// ZooKeeper and HTTP ports speak TLS only.
     #[arg(long, value_name = "FILE", env = "WARDEN_TLS_CERT")]
@@ -149,6 +161,8 @@ pub struct Config {
     pub min_session_timeout_ms: u32,
     pub max_session_timeout_ms: u32,
     pub snapshot_entries: u64,
+    pub snapshot_bytes: u64,
+    pub max_log_bytes: u64,
     /// TLS for the doors and the peer links; `None`: plaintext everywhere.
     pub tls: Option<crate::tls::Tls>,
     pub limits: Limits,
@@ -261,6 +275,8 @@ impl ServeArgs {
             min_session_timeout_ms: self.min_session_timeout_ms,
             max_session_timeout_ms: self.max_session_timeout_ms,
             snapshot_entries: self.snapshot_entries,
+            snapshot_bytes: self.snapshot_bytes.max(1),
+            max_log_bytes: self.max_log_bytes,
             tls,
             limits,
             auth,

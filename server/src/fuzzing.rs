@@ -715,6 +715,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             client_addr: "127.0.0.1:7001".into(),
             peer_addr: "127.0.0.1:7002".into(),
             leader_id: 1,
+            ..Default::default()
         })),
     });
     for (i, bytes) in raft.iter().enumerate() {

@@ -273,6 +273,9 @@ async fn restarted_node_catches_up_through_a_snapshot() {
         3,
         ServerOptions {
             snapshot_entries: Some(20),
+            // The log goes with every snapshot: a follower behind it must
+            // install one.
+            extra_args: vec!["--max-log-bytes".into(), "0".into()],
             ..ServerOptions::default()
         },
     );
@@ -395,6 +398,9 @@ async fn watchers_on_a_follower_that_installs_a_snapshot_miss_nothing_silently()
         3,
         ServerOptions {
             snapshot_entries: Some(20),
+            // The log goes with every snapshot: a follower behind it must
+            // install one.
+            extra_args: vec!["--max-log-bytes".into(), "0".into()],
             ..ServerOptions::default()
         },
     );

@@ -70,9 +70,6 @@ const BATCH_TIME_MAX: Duration = Duration::from_millis(20);
 const REMOVAL_CHECK_TICKS: u64 = 5;
 /// How often (in ticks) every server tells its peers its own status.
 const STATUS_TICKS: u64 = 5;
-/// Snapshot once this many bytes of entries were applied since the last
-/// one, whatever their count: the log stays bounded in size too.
-const SNAPSHOT_LOG_BYTES: u64 = 64 * 1024 * 1024;
 /// Bound of the channel from peer connections to the core. Kept short:
 /// frames waiting here are stale by the time the core sees them, and a
 /// newer leader's heartbeat waits behind every one of them.
@@ -189,6 +186,9 @@ struct Machine {
     op_metrics: crate::opmetrics::OpMetrics,
     /// Bytes of entries applied since the last snapshot.
     applied_bytes: u64,
+    /// What the leader last said every member has in its log (a follower
+    /// compacts its own log no further).
+    leader_floor: u64,
 }
 
 pub struct Core {
@@ -198,6 +198,8 @@ pub struct Core {
     ticks: u64,
     /// Size of the last snapshot this server took, in bytes.
     last_snapshot_bytes: u64,
+    /// Set every tick: the log is compacted after the next Ready loop.
+    compaction_due: bool,
 }
 
 impl Core {
@@ -272,9 +274,11 @@ impl Core {
                 snapshot_wanted: false,
                 op_metrics,
                 applied_bytes: 0,
+                leader_floor: 0,
             },
             last_snapshot_index: applied,
             last_snapshot_bytes: 0,
+            compaction_due: false,
             ticks: 0,
         })
     }
@@ -360,22 +364,47 @@ impl Core {
         }
         let applied = self.m.tree.applied_index();
         let due = applied >= self.last_snapshot_index + self.m.cfg.snapshot_entries
-            || self.m.applied_bytes >= SNAPSHOT_LOG_BYTES;
-        if (std::mem::take(&mut self.m.snapshot_wanted) || due)
-            && applied > self.last_snapshot_index
-        {
+            || self.m.applied_bytes >= self.m.cfg.snapshot_bytes;
+        let member_added = std::mem::take(&mut self.m.snapshot_wanted);
+        if (member_added || due) && applied > self.last_snapshot_index {
             let started = Instant::now();
             let data = self.m.tree.to_snapshot().encode_to_vec();
             let bytes = data.len();
             self.last_snapshot_bytes = bytes as u64;
-            self.raft.compact(applied, data)?;
+            self.raft.store_snapshot(applied, data)?;
             self.last_snapshot_index = applied;
             self.m.applied_bytes = 0;
             info!(
                 index = applied,
                 bytes,
                 took_ms = started.elapsed().as_millis() as u64,
-                "snapshot taken, log compacted"
+                "snapshot taken"
+            );
+        }
+        if member_added {
+            // A new member starts empty and must be initialized from this
+            // snapshot (the log does not go back to the group's
+            // bootstrap): nothing before it stays to be sent instead.
+            self.raft.compact_log(applied, 0)?;
+        } else if std::mem::take(&mut self.compaction_due) {
+            self.compact_log()?;
+        }
+        Ok(())
+    }
+
+    /// Drops the log below what every member has (the leader knows; a
+    /// follower goes by what the leader last told it), never past the
+    /// latest snapshot, and past that floor only while the log is over
+    /// `--max-log-bytes`. A follower that is merely slow so catches up from
+    /// the log; only one too far behind is sent a snapshot.
+    fn compact_log(&mut self) -> Result<(), CoreError> {
+        let floor = self.raft.matched_by_all().unwrap_or(self.m.leader_floor);
+        if let Some(first) = self.raft.compact_log(floor, self.m.cfg.max_log_bytes)? {
+            debug!(
+                first,
+                floor,
+                log_bytes = self.raft.storage().log_bytes(),
+                "log compacted"
             );
         }
         Ok(())
@@ -393,6 +422,7 @@ impl Core {
         self.raft.tick();
         self.ticks += 1;
         self.m.clients.retry_paused(&self.m.tree);
+        self.compaction_due = true;
         self.expire_waiters(Instant::now());
         if self.ticks.is_multiple_of(STATUS_TICKS) {
             self.broadcast_status();
@@ -475,6 +505,9 @@ impl Core {
                     .touched_elsewhere(t.session_ids, Instant::now());
             }
             Some(peer_frame::Kind::Status(st)) => {
+                if from == self.m.leader_id {
+                    self.m.leader_floor = st.log_floor;
+                }
                 self.m.peer_status.insert(frame.from, (st, Instant::now()));
             }
             None => {}

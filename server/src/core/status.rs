@@ -32,6 +32,7 @@ impl Core {
             client_addr: self.m.client_addr.clone(),
             peer_addr: self.m.cfg.peer_listen.to_string(),
             leader_id: self.m.leader_id,
+            log_floor: self.raft.matched_by_all().unwrap_or(0),
         }
     }
 

@@ -202,10 +202,41 @@ impl RaftNode {
         self.raw.store()
     }
 
-    /// Stores a snapshot of the state machine at `applied` and drops the log
-    /// behind it.
-    pub fn compact(&mut self, applied: u64, data: Vec<u8>) -> Result<(), StorageError> {
-        self.raw.mut_store().compact_to_snapshot(applied, data)
+    /// Stores a snapshot of the state machine at `applied`. The log behind
+    /// it stays until [`Self::compact_log`] drops it.
+    pub fn store_snapshot(&mut self, applied: u64, data: Vec<u8>) -> Result<(), StorageError> {
+        self.raw.mut_store().store_snapshot(applied, data)
+    }
+
+    /// Drops the log up to `floor` (what every member has), never past the
+    /// latest snapshot, and further while it is over `max_bytes`; the new
+    /// first index if anything went.
+    pub fn compact_log(&mut self, floor: u64, max_bytes: u64) -> Result<Option<u64>, StorageError> {
+        self.raw.mut_store().compact_log(floor, max_bytes)
+    }
+
+    /// On the leader: the highest index every other member (voter or
+    /// learner) that has any entry has in its log, so the log up to it
+    /// may go. `None` on a
+    /// follower, which does not know.
+    pub fn matched_by_all(&self) -> Option<u64> {
+        if !self.is_leader() {
+            return None;
+        }
+        let me = self.id();
+        Some(
+            self.raw
+                .raft
+                .prs()
+                .iter()
+                // A member with nothing (just added) is initialized from a
+                // snapshot whatever the log holds: the log does not go
+                // back to the group's bootstrap.
+                .filter(|(id, pr)| **id != me && pr.matched > 0)
+                .map(|(_, pr)| pr.matched)
+                .min()
+                .unwrap_or_else(|| self.raw.raft.raft_log.last_index()),
+        )
     }
 
     /// Disk work done so far.

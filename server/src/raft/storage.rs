@@ -7,6 +7,14 @@
 //! raft task calls [`DiskStorage::sync`] once per Ready, so one fsync covers
 //! every entry and hard-state change of that batch (group commit).
 //!
+//! The log and the snapshot are apart: a snapshot at index A does not drop
+//! the log behind it. The log is compacted separately
+//! ([`DiskStorage::compact_log`]) up to what the core says every follower
+//! has, never past the latest snapshot, so that a follower that is merely
+//! slow catches up from the log instead of needing a snapshot. The log's
+//! start (the index and term just before its first entry) is stored with
+//! the metadata.
+//!
 //! This module must never decide anything about the log's contents: it
 //! stores what raft hands it, in raft's order.
 
@@ -21,6 +29,10 @@ use raft::{GetEntriesContext, RaftState, StorageError as RaftStorageError};
 const KEY_HARD_STATE: &[u8] = b"hard_state";
 const KEY_CONF_STATE: &[u8] = b"conf_state";
 const KEY_SNAPSHOT: &[u8] = b"snapshot";
+/// Index and term (u64 big-endian each) of the entry just before the
+/// log's first. Absent in a data dir from before the log outlived its
+/// snapshot: then it is the snapshot's.
+const KEY_LOG_BASE: &[u8] = b"log_base";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
@@ -48,10 +60,16 @@ pub struct DiskStorage {
     meta: Keyspace,
     hard_state: HardState,
     conf_state: ConfState,
-    /// Metadata of the latest snapshot: the log starts right after it.
+    /// Metadata of the latest snapshot (at or after the log's base).
     snapshot_meta: SnapshotMetadata,
-    /// Terms of the entries in the log, `terms[0]` is `snapshot_meta.index + 1`.
+    /// The entry just before the log's first: (index, term).
+    base: (u64, u64),
+    /// Terms and encoded sizes of the entries in the log; `terms[0]` is
+    /// entry `base.0 + 1`.
     terms: VecDeque<u64>,
+    sizes: VecDeque<u32>,
+    /// Sum of `sizes`.
+    log_bytes: u64,
 }
 
 fn log_key(index: u64) -> [u8; 8] {
@@ -79,8 +97,27 @@ impl DiskStorage {
                 .take_metadata(),
             None => SnapshotMetadata::default(),
         };
+        let base = match meta.get(KEY_LOG_BASE)? {
+            Some(v) if v.len() == 16 => (
+                u64::from_be_bytes(v[..8].try_into().expect("8 bytes")),
+                u64::from_be_bytes(v[8..].try_into().expect("8 bytes")),
+            ),
+            Some(v) => return Err(corrupt("log base", format!("{} bytes", v.len()))),
+            None => (snapshot_meta.index, snapshot_meta.term),
+        };
+        if base.0 > snapshot_meta.index {
+            return Err(corrupt(
+                "log base",
+                format!(
+                    "the log starts after {} but the snapshot is at {}",
+                    base.0, snapshot_meta.index
+                ),
+            ));
+        }
         let mut terms = VecDeque::new();
-        let first = snapshot_meta.index + 1;
+        let mut sizes = VecDeque::new();
+        let mut log_bytes = 0;
+        let first = base.0 + 1;
         for (expected, kv) in (first..).zip(log.range(log_key(first)..)) {
             let (_, value) = kv.into_inner()?;
             let entry = Entry::parse_from_bytes(&value).map_err(|e| corrupt("log entry", e))?;
@@ -91,6 +128,8 @@ impl DiskStorage {
                 ));
             }
             terms.push_back(entry.term);
+            sizes.push_back(value.len() as u32);
+            log_bytes += value.len() as u64;
         }
         Ok(Self {
             db,
@@ -99,7 +138,10 @@ impl DiskStorage {
             hard_state,
             conf_state,
             snapshot_meta,
+            base,
             terms,
+            sizes,
+            log_bytes,
         })
     }
 
@@ -125,16 +167,23 @@ impl DiskStorage {
         self.snapshot_meta.index
     }
 
+    /// Bytes of the entries in the log (encoded).
+    pub fn log_bytes(&self) -> u64 {
+        self.log_bytes
+    }
+
+    /// Index of the log's first entry.
+    pub fn first_log_index(&self) -> u64 {
+        self.first()
+    }
+
     /// Appends entries (which may replace a conflicting suffix). Not synced.
     pub fn append(&mut self, entries: &[Entry]) -> Result<(), StorageError> {
         let Some(first) = entries.first() else {
             return Ok(());
         };
         let first_index = first.index;
-        debug_assert!(
-            first_index > self.snapshot_meta.index,
-            "append below snapshot"
-        );
+        debug_assert!(first_index > self.base.0, "append below the log's start");
         let mut batch = self.db.batch();
         // Drop the conflicting suffix, if any.
         let last = self.last();
@@ -142,11 +191,16 @@ impl DiskStorage {
             for index in first_index..=last {
                 batch.remove(&self.log, log_key(index));
             }
-            let keep = (first_index - self.snapshot_meta.index - 1) as usize;
+            let keep = (first_index - self.base.0 - 1) as usize;
             self.terms.truncate(keep);
+            for size in self.sizes.drain(keep..) {
+                self.log_bytes -= u64::from(size);
+            }
         }
         for entry in entries {
             let bytes = entry.write_to_bytes().map_err(|e| corrupt("entry", e))?;
+            self.sizes.push_back(bytes.len() as u32);
+            self.log_bytes += bytes.len() as u64;
             batch.insert(&self.log, log_key(entry.index), bytes);
             self.terms.push_back(entry.term);
         }
@@ -180,11 +234,9 @@ impl DiskStorage {
         Ok(())
     }
 
-    /// Stores a snapshot of the state machine at `index` taken by this node,
-    /// then drops the log up to it. Synced before the log is dropped, so a
-    /// crash in between leaves either the old snapshot + full log or the new
-    /// snapshot.
-    pub fn compact_to_snapshot(&mut self, index: u64, data: Vec<u8>) -> Result<(), StorageError> {
+    /// Stores a snapshot of the state machine at `index` taken by this node
+    /// (synced). The log stays: [`Self::compact_log`] drops it.
+    pub fn store_snapshot(&mut self, index: u64, data: Vec<u8>) -> Result<(), StorageError> {
         if index <= self.snapshot_meta.index {
             return Ok(());
         }
@@ -201,15 +253,43 @@ impl DiskStorage {
         meta.set_conf_state(self.conf_state.clone());
         self.write_snapshot(&snap)?;
         self.sync()?;
-        let mut batch = self.db.batch();
-        for i in self.snapshot_meta.index + 1..=index {
-            batch.remove(&self.log, log_key(i));
-        }
-        batch.commit()?;
-        let dropped = (index - self.snapshot_meta.index) as usize;
-        self.terms.drain(..dropped.min(self.terms.len()));
         self.snapshot_meta = snap.take_metadata();
         Ok(())
+    }
+
+    /// Drops the log up to `floor` (what every follower has), never past
+    /// the latest snapshot; and further, up to that snapshot, while the
+    /// log holds more than `max_bytes` (a follower that far behind gets the
+    /// snapshot). Returns the new first index if anything was dropped.
+    /// Not synced: after a crash, either log start is whole.
+    pub fn compact_log(&mut self, floor: u64, max_bytes: u64) -> Result<Option<u64>, StorageError> {
+        let limit = self.snapshot_meta.index.min(self.last());
+        let mut to = self.base.0;
+        let mut dropped_bytes = 0u64;
+        let mut i = 0usize;
+        while to < limit && (to < floor || self.log_bytes - dropped_bytes > max_bytes) {
+            dropped_bytes += u64::from(self.sizes[i]);
+            to += 1;
+            i += 1;
+        }
+        if to == self.base.0 {
+            return Ok(None);
+        }
+        let term = self.term_of(to).expect("within the log");
+        let mut batch = self.db.batch();
+        for index in self.base.0 + 1..=to {
+            batch.remove(&self.log, log_key(index));
+        }
+        let mut base = [0u8; 16];
+        base[..8].copy_from_slice(&to.to_be_bytes());
+        base[8..].copy_from_slice(&term.to_be_bytes());
+        batch.insert(&self.meta, KEY_LOG_BASE, base.to_vec());
+        batch.commit()?;
+        self.terms.drain(..i);
+        self.sizes.drain(..i);
+        self.log_bytes -= dropped_bytes;
+        self.base = (to, term);
+        Ok(Some(to + 1))
     }
 
     /// Installs a snapshot received from the leader: it replaces the log.
@@ -220,11 +300,18 @@ impl DiskStorage {
         }
         self.write_snapshot(&snap)?;
         let mut batch = self.db.batch();
-        for i in self.snapshot_meta.index + 1..=self.last() {
+        for i in self.base.0 + 1..=self.last() {
             batch.remove(&self.log, log_key(i));
         }
+        let mut base = [0u8; 16];
+        base[..8].copy_from_slice(&meta.index.to_be_bytes());
+        base[8..].copy_from_slice(&meta.term.to_be_bytes());
+        batch.insert(&self.meta, KEY_LOG_BASE, base.to_vec());
         batch.commit()?;
         self.terms.clear();
+        self.sizes.clear();
+        self.log_bytes = 0;
+        self.base = (meta.index, meta.term);
         let mut hs = self.hard_state.clone();
         hs.term = hs.term.max(meta.term);
         hs.commit = hs.commit.max(meta.index);
@@ -251,14 +338,17 @@ impl DiskStorage {
     }
 
     fn first(&self) -> u64 {
-        self.snapshot_meta.index + 1
+        self.base.0 + 1
     }
 
     fn last(&self) -> u64 {
-        self.snapshot_meta.index + self.terms.len() as u64
+        self.base.0 + self.terms.len() as u64
     }
 
     fn term_of(&self, index: u64) -> Option<u64> {
+        if index == self.base.0 {
+            return Some(self.base.1);
+        }
         if index == self.snapshot_meta.index {
             return Some(self.snapshot_meta.term);
         }
@@ -311,7 +401,7 @@ impl raft::Storage for DiskStorage {
     }
 
     fn term(&self, idx: u64) -> raft::Result<u64> {
-        if idx < self.snapshot_meta.index {
+        if idx < self.base.0 {
             return Err(raft::Error::Store(RaftStorageError::Compacted));
         }
         self.term_of(idx)
@@ -370,7 +460,13 @@ mod tests {
             })
             .unwrap();
             s.sync().unwrap();
-            s.compact_to_snapshot(2, b"tree@2".to_vec()).unwrap();
+            s.store_snapshot(2, b"tree@2".to_vec()).unwrap();
+            assert_eq!(
+                s.first_index().unwrap(),
+                1,
+                "a snapshot alone drops no entry"
+            );
+            assert_eq!(s.compact_log(2, u64::MAX).unwrap(), Some(3));
         }
         let s = DiskStorage::open(dir.path()).unwrap();
         assert!(s.is_initialized());
@@ -422,5 +518,44 @@ mod tests {
             .entries(1, 3, None, GetEntriesContext::empty(false))
             .unwrap();
         assert_eq!(got.len(), 2);
+    }
+
+    #[test]
+    fn the_log_outlives_its_snapshot_until_followers_have_it_or_it_is_too_big() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = DiskStorage::open(dir.path()).unwrap();
+        s.bootstrap(vec![1]).unwrap();
+        let entries: Vec<Entry> = (1..=10).map(|i| entry(i, 1, &[0; 100])).collect();
+        s.append(&entries).unwrap();
+        let per_entry = s.log_bytes() / 10;
+        s.store_snapshot(8, b"tree@8".to_vec()).unwrap();
+        // A follower at 3: entries after it stay, though the snapshot is at 8.
+        assert_eq!(s.compact_log(3, u64::MAX).unwrap(), Some(4));
+        assert_eq!(s.term(3).unwrap(), 1);
+        assert!(s.term(2).is_err());
+        assert_eq!(
+            s.entries(4, 11, None, GetEntriesContext::empty(false))
+                .unwrap()
+                .len(),
+            7
+        );
+        // Never past the snapshot, whatever the floor says.
+        assert_eq!(s.compact_log(10, u64::MAX).unwrap(), Some(9));
+        assert_eq!(s.compact_log(10, u64::MAX).unwrap(), None);
+        // Reopened: the log starts where it was compacted to.
+        drop(s);
+        let mut s = DiskStorage::open(dir.path()).unwrap();
+        assert_eq!(s.first_index().unwrap(), 9);
+        assert_eq!(s.last_index().unwrap(), 10);
+        assert_eq!(s.log_bytes(), 2 * per_entry);
+        assert_eq!(s.snapshot(0, 0).unwrap().get_metadata().index, 8);
+        // Too big: compacted past a far-behind floor, up to the snapshot.
+        let more: Vec<Entry> = (11..=20).map(|i| entry(i, 1, &[0; 100])).collect();
+        s.append(&more).unwrap();
+        s.store_snapshot(18, b"tree@18".to_vec()).unwrap();
+        assert_eq!(s.compact_log(0, 5 * per_entry).unwrap(), Some(16));
+        assert_eq!(s.log_bytes(), 5 * per_entry);
+        assert_eq!(s.compact_log(0, 0).unwrap(), Some(19));
+        assert_eq!(s.first_index().unwrap(), 19);
     }
 }

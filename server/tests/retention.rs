@@ -1,0 +1,130 @@
+//! Log retention against real `warden` processes: the log outlives the
+//! snapshots, so a follower that fell behind — paused, or restarted —
+//! catches up from the log and never needs the leader's snapshot (which
+//! would close its clients' connections).
+
+use std::time::{Duration, Instant};
+
+use warden_client::{Client, ConnectOptions, CreateOptions};
+use warden_testkit::{Cluster, ServerOptions};
+
+fn opts() -> ConnectOptions {
+    ConnectOptions {
+        session_timeout: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(10),
+        request_timeout: Duration::from_secs(10),
+    }
+}
+
+async fn leader(cluster: &Cluster) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        for i in cluster.node_ids() {
+            if let Ok(c) = Client::connect(cluster.addr(i), opts()).await {
+                if let Ok(status) = c.cluster_status().await {
+                    if status.leader_id != 0 {
+                        return status.leader_id as usize;
+                    }
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "no leader");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on a pid of a child this test started.
+    let rc = unsafe { libc::kill(pid as i32, sig) };
+    assert_eq!(rc, 0, "kill({pid}, {sig})");
+}
+
+/// Waits until a client of node `i` reads `want` at `/w` (after a sync, so
+/// from node `i`'s own tree once it caught up).
+async fn await_value(cluster: &Cluster, i: usize, want: &[u8]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(c) = Client::connect(cluster.addr(i), opts()).await {
+            if c.sync("/").await.is_ok() {
+                if let Ok((data, _)) = c.get_data("/w").await {
+                    if data == want {
+                        return;
+                    }
+                }
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {i} never read {:?}; log:\n{}",
+            String::from_utf8_lossy(want),
+            cluster.log(i)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_behind_many_snapshots_catches_up_from_the_log() {
+    const WRITES: usize = 300;
+    // A snapshot every 20 entries: the follower falls many snapshots behind.
+    let mut cluster = Cluster::start_with(
+        3,
+        ServerOptions {
+            snapshot_entries: Some(20),
+            ..ServerOptions::default()
+        },
+    );
+    let l = leader(&cluster).await;
+    let f = if l == 3 { 2 } else { 3 };
+    let writer = Client::connect(cluster.addr(l), opts()).await.unwrap();
+    writer
+        .create("/w", b"0", CreateOptions::default())
+        .await
+        .unwrap();
+    await_value(&cluster, f, b"0").await;
+
+    // Frozen while the others write and snapshot, over and over.
+    let pid = cluster.pid(f).expect("running");
+    signal(pid, libc::SIGSTOP);
+    for i in 1..=WRITES {
+        writer
+            .set_data("/w", format!("{i}").as_bytes(), None)
+            .await
+            .unwrap();
+    }
+    signal(pid, libc::SIGCONT);
+    let last = format!("{WRITES}");
+    await_value(&cluster, f, last.as_bytes()).await;
+    assert!(
+        cluster.log(l).contains("snapshot taken"),
+        "the leader took no snapshot; log:\n{}",
+        cluster.log(l)
+    );
+    assert!(
+        !cluster
+            .log(f)
+            .contains("state machine replaced by leader snapshot"),
+        "node {f} needed a snapshot to catch up; log:\n{}",
+        cluster.log(f)
+    );
+
+    // Killed and restarted: its log starts before its latest snapshot, and
+    // it comes back from both, then catches up from the leader's log.
+    cluster.kill9(f);
+    for i in WRITES + 1..=WRITES + 100 {
+        writer
+            .set_data("/w", format!("{i}").as_bytes(), None)
+            .await
+            .unwrap();
+    }
+    cluster.restart(f);
+    let last = format!("{}", WRITES + 100);
+    await_value(&cluster, f, last.as_bytes()).await;
+    assert!(
+        !cluster
+            .log(f)
+            .contains("state machine replaced by leader snapshot"),
+        "node {f} needed a snapshot after its restart; log:\n{}",
+        cluster.log(f)
+    );
+}
