@@ -125,6 +125,52 @@ async fn kazoo_recipes_survive_a_leader_kill_on_three_nodes() {
     );
 }
 
+/// A ZooKeeper client on a follower writes through a leader kill without
+/// retrying anything itself: no write may fail (the follower keeps a write
+/// that finds no leader until the next one is known, and proposes again
+/// what may have died with the old one, applying it once).
+#[tokio::test]
+async fn zookeeper_writes_on_a_follower_go_through_a_leader_kill() {
+    let venv = venv();
+    let mut cluster = Cluster::start(3);
+    let admin = warden_client::Client::connect(&cluster.servers(), Default::default())
+        .await
+        .unwrap();
+    let leader = admin.cluster_status().await.unwrap().leader_id as usize;
+    assert_ne!(leader, 0);
+    drop(admin);
+    let follower = cluster
+        .node_ids()
+        .into_iter()
+        .find(|&i| i != leader)
+        .unwrap();
+    let mut child = Command::new(venv.join("bin/python"))
+        .arg(zk_dir().join("failover_run.py"))
+        .env("WARDEN_ZK_HOSTS", cluster.zk_addr(follower))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run failover_run.py");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first = lines.next().and_then(Result::ok).unwrap_or_default();
+    assert_eq!(first, "ready", "failover_run.py did not start");
+    cluster.kill9(leader);
+    writeln!(child.stdin.as_mut().expect("stdin"), "killed").unwrap();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(
+        status.success() && rest.last().is_some_and(|l| l.starts_with("ok")),
+        "failover_run.py failed ({status}):\n{}\n{stderr}\nfollower log:\n{}",
+        rest.join("\n"),
+        cluster.log(follower)
+    );
+    // The figure, for whoever reads the test output (not asserted).
+    println!("{}", rest.last().unwrap());
+}
+
 #[test]
 fn kazoo_over_tls_on_the_secure_zookeeper_port() {
     let venv = venv();

@@ -541,18 +541,28 @@ impl Core {
                 debug!(error = %e, "membership change re-proposal dropped");
             }
         }
-        for (request_id, waiter) in self.m.proposals.take_expired(now) {
-            let msg = format!(
-                "not committed within {} ms (no quorum or a leader change); it may or may not be applied",
-                PROPOSAL_TIMEOUT.as_millis()
-            );
+        for expired in self.m.proposals.take_expired(now) {
+            let ms = PROPOSAL_TIMEOUT.as_millis();
             let zxid = self.m.tree.applied_index();
-            match waiter {
+            let failure = if expired.handed {
+                Failure::new(
+                    ErrorCode::OperationTimeout,
+                    format!(
+                        "not committed within {ms} ms (no quorum or a leader change); it may or may not be applied"
+                    ),
+                )
+            } else {
+                Failure::new(
+                    ErrorCode::NotReady,
+                    format!("no leader known for {ms} ms (no quorum?); not applied"),
+                )
+            };
+            match expired.waiter {
                 Waiter::Connect { conn, .. } => {
                     self.m.clients.refuse_connect(
                         conn,
                         ErrorCode::NotReady,
-                        msg,
+                        failure.message,
                         zxid,
                         self.m.node_id,
                     );
@@ -560,8 +570,8 @@ impl Core {
                 Waiter::Request { conn } => {
                     self.m
                         .clients
-                        .complete_write(conn, request_id, &self.m.tree, |xid| {
-                            frames::error(xid, zxid, Failure::new(ErrorCode::OperationTimeout, msg))
+                        .complete_write(conn, expired.request_id, &self.m.tree, |xid| {
+                            frames::error(xid, zxid, failure)
                         });
                 }
             }
@@ -570,9 +580,9 @@ impl Core {
     }
 
     /// After a leader change, proposals this server made may have died
-    /// with the old leader. Propose them again: a txn that did commit is
-    /// recognised on its second apply (session + xid, or an existing
-    /// session id) and changes nothing.
+    /// with the old leader, or were held for want of one. Propose them
+    /// (again): a txn that did commit is recognised on its second apply
+    /// (session + xid, or an existing session id) and changes nothing.
     fn repropose_after_leader_change(&mut self) {
         let again = self.m.proposals.for_reproposal(Instant::now());
         if !again.is_empty() {
@@ -582,9 +592,10 @@ impl Core {
                 "re-proposing after a leader change"
             );
         }
-        for p in again {
-            if let Err(e) = self.raft.propose(p) {
-                debug!(error = %e, "re-proposal dropped");
+        for (request_id, p) in again {
+            match self.raft.propose(p) {
+                Ok(()) => self.m.proposals.handed(request_id),
+                Err(e) => debug!(error = %e, "re-proposal dropped"),
             }
         }
     }

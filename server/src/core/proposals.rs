@@ -43,6 +43,19 @@ struct Waiting {
     again: Option<Vec<u8>>,
     /// A membership change, and when it was last proposed.
     conf_change: Option<(ConfChange, Instant)>,
+    /// Whether raft ever took it (false: held since no leader was known,
+    /// so certainly not applied).
+    handed: bool,
+}
+
+/// A waiter raft did not settle in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expired {
+    pub request_id: u64,
+    pub waiter: Waiter,
+    /// Raft took the proposal (its fate is unknown); false: it never left
+    /// this server, so it is not applied.
+    pub handed: bool,
 }
 
 #[derive(Debug)]
@@ -95,14 +108,18 @@ impl Proposals {
     }
 
     /// `waiter` waits for the entry of `request_id`; `again`: the encoded
-    /// proposal, if it may be proposed again after a leader change.
+    /// proposal, if it may be proposed again after a leader change;
+    /// `handed`: whether raft took it (a held one is proposed with the
+    /// next leader).
     pub fn register(
         &mut self,
         request_id: u64,
         waiter: Waiter,
         again: Option<Vec<u8>>,
+        handed: bool,
         now: Instant,
     ) {
+        debug_assert!(handed || again.is_some(), "a held proposal must be kept");
         self.waiting.insert(
             request_id,
             Waiting {
@@ -110,8 +127,16 @@ impl Proposals {
                 since: now,
                 again,
                 conf_change: None,
+                handed,
             },
         );
+    }
+
+    /// Raft took the proposal of `request_id` (proposed again).
+    pub fn handed(&mut self, request_id: u64) {
+        if let Some(w) = self.waiting.get_mut(&request_id) {
+            w.handed = true;
+        }
     }
 
     /// A membership change for `conn`'s request, proposed now.
@@ -129,6 +154,7 @@ impl Proposals {
                 since: now,
                 again: None,
                 conf_change: Some((change, now)),
+                handed: true,
             },
         );
     }
@@ -148,7 +174,7 @@ impl Proposals {
 
     /// The waiters raft has not settled within [`PROPOSAL_TIMEOUT`],
     /// forgotten here (sorted by request id).
-    pub fn take_expired(&mut self, now: Instant) -> Vec<(u64, Waiter)> {
+    pub fn take_expired(&mut self, now: Instant) -> Vec<Expired> {
         let mut expired: Vec<u64> = self
             .waiting
             .iter()
@@ -158,7 +184,13 @@ impl Proposals {
         expired.sort_unstable();
         expired
             .into_iter()
-            .filter_map(|id| self.waiting.remove(&id).map(|w| (id, w.waiter)))
+            .filter_map(|id| {
+                self.waiting.remove(&id).map(|w| Expired {
+                    request_id: id,
+                    waiter: w.waiter,
+                    handed: w.handed,
+                })
+            })
             .collect()
     }
 
@@ -178,16 +210,17 @@ impl Proposals {
     }
 
     /// After a leader change: the proposals that may be made again (their
-    /// first one may have died with the old leader), each waiting a full
-    /// timeout from now.
-    pub fn for_reproposal(&mut self, now: Instant) -> Vec<Vec<u8>> {
+    /// first one may have died with the old leader, or was held for want
+    /// of a leader), each waiting a full timeout from now; by request id.
+    pub fn for_reproposal(&mut self, now: Instant) -> Vec<(u64, Vec<u8>)> {
         let mut again = Vec::new();
-        for w in self.waiting.values_mut() {
+        for (id, w) in self.waiting.iter_mut() {
             if let Some(p) = &w.again {
                 w.since = now;
-                again.push(p.clone());
+                again.push((*id, p.clone()));
             }
         }
+        again.sort_unstable_by_key(|(id, _)| *id);
         again
     }
 }
@@ -216,7 +249,7 @@ mod tests {
     fn complete_answers_once() {
         let mut p = Proposals::new();
         let now = Instant::now();
-        p.register(7, Waiter::Request { conn: 3 }, None, now);
+        p.register(7, Waiter::Request { conn: 3 }, None, true, now);
         p.register(
             8,
             Waiter::Connect {
@@ -224,6 +257,7 @@ mod tests {
                 timeout_ms: 10,
             },
             None,
+            true,
             now,
         );
         assert_eq!(p.connects_pending(), 1);
@@ -236,19 +270,29 @@ mod tests {
     fn expiry_after_the_timeout_and_reproposal_restarts_the_clock() {
         let mut p = Proposals::new();
         let t0 = Instant::now();
-        p.register(1, Waiter::Request { conn: 1 }, Some(vec![1]), t0);
-        p.register(2, Waiter::Request { conn: 2 }, None, t0);
+        p.register(1, Waiter::Request { conn: 1 }, Some(vec![1]), true, t0);
+        p.register(2, Waiter::Request { conn: 2 }, None, true, t0);
+        p.register(3, Waiter::Request { conn: 3 }, Some(vec![3]), false, t0);
         assert!(p.take_expired(t0 + PROPOSAL_TIMEOUT / 2).is_empty());
-        // Only the idempotent one is proposed again, with a fresh clock.
+        // Only the idempotent ones are proposed again, with a fresh clock.
         let later = t0 + PROPOSAL_TIMEOUT / 2;
-        assert_eq!(p.for_reproposal(later), vec![vec![1]]);
+        assert_eq!(p.for_reproposal(later), vec![(1, vec![1]), (3, vec![3])]);
         assert_eq!(
             p.take_expired(t0 + PROPOSAL_TIMEOUT),
-            vec![(2, Waiter::Request { conn: 2 })]
+            vec![Expired {
+                request_id: 2,
+                waiter: Waiter::Request { conn: 2 },
+                handed: true
+            }]
         );
+        // One held for want of a leader says so when it expires.
+        let expired = p.take_expired(later + PROPOSAL_TIMEOUT);
         assert_eq!(
-            p.take_expired(later + PROPOSAL_TIMEOUT),
-            vec![(1, Waiter::Request { conn: 1 })]
+            expired
+                .iter()
+                .map(|e| (e.request_id, e.handed))
+                .collect::<Vec<_>>(),
+            vec![(1, true), (3, false)]
         );
         assert_eq!(p.complete(1), None);
     }

@@ -18,6 +18,7 @@ use crate::limits;
 use crate::ops::{self, Failure, Plan};
 use crate::proto::{self, txn::Kind, AuthInfo, CloseReason, Txn};
 use crate::session::{self, Handshake, SessionBounds};
+use crate::tree::SERVER_XID_BIT;
 use crate::watch::ConnId;
 
 impl Core {
@@ -84,6 +85,7 @@ impl Core {
                         request_id,
                         Waiter::Connect { conn, timeout_ms },
                         Some(proposal),
+                        true,
                         Instant::now(),
                     ),
                     Err(f) => self.refuse_connect(conn, f.code, f.message),
@@ -223,20 +225,27 @@ impl Core {
                 txn.auth = Some(AuthInfo {
                     ids: ids.as_ref().clone(),
                 });
-                if door == Door::Native {
-                    txn.xid = xid;
-                }
-                self.write_slot(conn, xid, txn)
+                let request_id = self.m.proposals.next_id();
+                // Tagged so that a retry of this xid, or a proposal made
+                // again after a leader change, is applied at most once.
+                txn.xid = match door {
+                    Door::Native => xid,
+                    Door::ZooKeeper => SERVER_XID_BIT | request_id,
+                };
+                self.write_slot(conn, xid, request_id, txn)
             }
             Plan::Close => {
+                let request_id = self.m.proposals.next_id();
                 let txn = Txn {
                     kind: Some(Kind::CloseSession(proto::CloseSessionTxn {
                         session_id,
                         reason: CloseReason::Client as i32,
                     })),
+                    session_id,
+                    xid: SERVER_XID_BIT | request_id,
                     ..Default::default()
                 };
-                self.write_slot(conn, xid, txn)
+                self.write_slot(conn, xid, request_id, txn)
             }
         };
         self.answer(conn, slot, op_name);
@@ -317,23 +326,29 @@ impl Core {
         }
     }
 
-    fn write_slot(&mut self, conn: ConnId, xid: u64, txn: Txn) -> Slot {
-        let request_id = self.m.proposals.next_id();
-        // A write tagged with its session and xid is recognised on a
-        // second apply: safe to propose again after a leader change.
-        let idempotent = txn.session_id != 0 && txn.xid != 0;
-        match self.propose(txn, request_id) {
-            Ok(proposal) => {
-                self.m.proposals.register(
-                    request_id,
-                    Waiter::Request { conn },
-                    idempotent.then_some(proposal),
-                    Instant::now(),
-                );
-                Slot::Write { xid, request_id }
+    /// Proposes a client's write, tagged with its session and an xid (the
+    /// client's, or one this server made): it is recognised on a second
+    /// apply, so it is proposed again after a leader change, and one that
+    /// raft refuses now (no leader known: an election) waits for the next
+    /// leader instead of failing, within [`super::PROPOSAL_TIMEOUT`].
+    fn write_slot(&mut self, conn: ConnId, xid: u64, request_id: u64, txn: Txn) -> Slot {
+        debug_assert!(txn.session_id != 0 && txn.xid != 0, "untagged client write");
+        let proposal = self.m.proposals.encode(self.m.node_id, request_id, txn);
+        let handed = match self.raft.propose(proposal.clone()) {
+            Ok(()) => true,
+            Err(e) => {
+                debug!(error = %e, "no leader for a write; it waits for the next one");
+                false
             }
-            Err(f) => Slot::Done(frames::error(xid, self.m.tree.applied_index(), f)),
-        }
+        };
+        self.m.proposals.register(
+            request_id,
+            Waiter::Request { conn },
+            Some(proposal),
+            handed,
+            Instant::now(),
+        );
+        Slot::Write { xid, request_id }
     }
 
     /// Proposes `txn`; returns the encoded proposal (kept for re-proposal

@@ -62,7 +62,7 @@ use warden_protocol::pb::{Acl, Stat};
 
 use crate::proto::{GuardedDeleteTxn, MemberChangeTxn};
 
-pub use node::{Node, SessionInfo};
+pub use node::{Node, SessionInfo, SERVER_XID_BIT};
 pub use snapshot::SnapshotError;
 pub use txn::{Applied, MultiOutcome, OpOutcome, TreeError, Trigger, TxnResult};
 

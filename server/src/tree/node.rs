@@ -153,3 +153,10 @@ pub struct SessionInfo {
 /// retries what was in flight when its connection broke; this bounds how
 /// many of those can be recognised.
 pub const RECENT_RESULTS_MAX: usize = 64;
+
+/// Set in the xid of a write whose client gives no usable xid (the
+/// ZooKeeper door: its clients restart their xids on every connection):
+/// the server that received it tags it with this bit and a request id of
+/// its own, so that proposing it again after a leader change applies it
+/// at most once too. Such xids carry no order: they are never stale.
+pub const SERVER_XID_BIT: u64 = 1 << 63;

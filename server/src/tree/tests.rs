@@ -1506,3 +1506,45 @@ fn a_retried_write_gets_the_answer_its_first_apply_recorded() {
     };
     assert_eq!(log.tree.apply(log.zxid, 3_000, &untagged).answer, None);
 }
+
+#[test]
+fn server_made_xids_are_applied_once_and_never_stale() {
+    use crate::tree::SERVER_XID_BIT;
+    let mut log = Log::new();
+    log.session(9);
+    let tagged = |log: &mut Log, xid: u64, path: &str| {
+        log.zxid += 1;
+        let txn = Txn {
+            kind: Some(Kind::Create(create(path))),
+            session_id: 9,
+            xid,
+            ..Default::default()
+        };
+        log.tree.apply(log.zxid, 1_000, &txn).result
+    };
+    // A client xid 5, then server-made ones in any order.
+    assert!(matches!(
+        tagged(&mut log, 5, "/c"),
+        TxnResult::Create(Ok(_))
+    ));
+    let high = SERVER_XID_BIT | 900;
+    let low = SERVER_XID_BIT | 3;
+    assert!(matches!(
+        tagged(&mut log, high, "/h"),
+        TxnResult::Create(Ok(_))
+    ));
+    assert!(matches!(
+        tagged(&mut log, low, "/l"),
+        TxnResult::Create(Ok(_))
+    ));
+    // Proposed again (a leader change): answered, not applied twice.
+    assert!(matches!(
+        tagged(&mut log, high, "/h"),
+        TxnResult::Duplicate { .. }
+    ));
+    // They do not make the client's own xids stale either.
+    assert!(matches!(
+        tagged(&mut log, 6, "/d"),
+        TxnResult::Create(Ok(_))
+    ));
+}

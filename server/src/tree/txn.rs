@@ -328,11 +328,17 @@ impl DataTree {
     /// The session's latest applied write, if it came after `xid` (a
     /// session's writes carry increasing xids and apply in that order).
     fn later_write(&self, session_id: u64, xid: u64) -> Option<u64> {
-        if session_id == 0 || xid == 0 {
+        use super::node::SERVER_XID_BIT;
+        if session_id == 0 || xid == 0 || xid & SERVER_XID_BIT != 0 {
             return None;
         }
         let s = self.sessions.get(&session_id)?;
-        let latest = s.recent.iter().map(|(x, _)| *x).max()?;
+        let latest = s
+            .recent
+            .iter()
+            .map(|(x, _)| *x)
+            .filter(|x| x & SERVER_XID_BIT == 0)
+            .max()?;
         (latest > xid).then_some(latest)
     }
 
