@@ -12,7 +12,6 @@ use tracing::{error, info, warn};
 use crate::config::Config;
 use crate::conn;
 use crate::core::{Core, CoreMsg, CoreState, CORE_QUEUE_MAX, PEER_INBOX_MAX};
-use crate::proto::PeerFrame;
 use crate::raft::transport;
 use tokio_util::sync::CancellationToken;
 
@@ -88,7 +87,7 @@ pub async fn serve(
             source,
         })?;
     let stop_peers = CancellationToken::new();
-    let (peer_tx, peer_rx) = mpsc::channel::<PeerFrame>(PEER_INBOX_MAX);
+    let (peer_tx, peer_rx) = mpsc::channel::<transport::PeerEvent>(PEER_INBOX_MAX);
     tokio::spawn(transport::listen(
         peer_listener,
         peer_tx,

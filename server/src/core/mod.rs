@@ -46,7 +46,7 @@ use crate::ops::Failure;
 use crate::outbound::OutboundTx;
 use crate::proto::{self, peer_frame, txn::Kind, CloseReason, PeerFrame, Txn};
 use crate::raft::node::{NodeError, RaftTiming};
-use crate::raft::transport::Transport;
+use crate::raft::transport::{PeerEvent, Transport};
 use crate::raft::{DiskStorage, RaftNode};
 use crate::session::Sessions;
 use crate::tree::DataTree;
@@ -287,7 +287,7 @@ impl Core {
     pub async fn run(
         mut self,
         mut rx: mpsc::Receiver<CoreMsg>,
-        mut peer_rx: mpsc::Receiver<PeerFrame>,
+        mut peer_rx: mpsc::Receiver<PeerEvent>,
         state: watch::Sender<CoreState>,
         mut shutdown: oneshot::Receiver<()>,
     ) -> Result<(), CoreError> {
@@ -469,7 +469,30 @@ impl Core {
     /// process can neither grow the peer table nor touch sessions. This is
     /// hygiene, not authentication: without TLS anyone who reaches the peer
     /// port can claim a member's id (mutual TLS is what keeps them out).
-    fn on_peer(&mut self, frame: PeerFrame) {
+    fn on_peer(&mut self, event: PeerEvent) {
+        match event {
+            PeerEvent::Frame(frame) => self.on_peer_frame(frame),
+            PeerEvent::Closed { from } => self.on_link_closed(from),
+        }
+    }
+
+    /// A peer's connection to us ended. The leader's: it most likely died
+    /// (a killed process's sockets close at once), so this follower drops
+    /// its lease at once, and the lowest-numbered other voter campaigns at
+    /// once (one candidate, no split vote); the others wait for it, or for
+    /// their own election timeout if it cannot win.
+    fn on_link_closed(&mut self, from: u64) {
+        if from == 0 || from != self.m.leader_id || self.m.role == StateRole::Leader {
+            return;
+        }
+        let conf = self.raft.conf_state();
+        let first = conf.voters.iter().copied().filter(|&v| v != from).min();
+        let campaign = first == Some(self.m.node_id);
+        info!(leader = from, campaign, "the leader's link closed");
+        self.raft.leader_lost(campaign);
+    }
+
+    fn on_peer_frame(&mut self, frame: PeerFrame) {
         let from = frame.from;
         if from == self.m.node_id
             || (self.m.transport.addr_of(from).is_none()

@@ -160,6 +160,22 @@ impl RaftNode {
         self.raw.raft.leader_id
     }
 
+    /// The leader's link to us broke (its process likely died): stop
+    /// counting on its lease, so this follower grants votes at once, and
+    /// with `campaign`, ask for them now rather than after an election
+    /// timeout. With pre-vote this cannot depose a live leader that the
+    /// rest of the group still hears.
+    pub fn leader_lost(&mut self, campaign: bool) {
+        if self.is_leader() {
+            return;
+        }
+        let term = self.raw.raft.term;
+        self.raw.raft.become_follower(term, raft::INVALID_ID);
+        if campaign {
+            let _ = self.raw.campaign();
+        }
+    }
+
     pub fn tick(&mut self) -> bool {
         self.raw.tick()
     }

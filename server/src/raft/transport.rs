@@ -78,6 +78,18 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 type PeerCodec = FrameCodec<PeerFrame, PeerFrame>;
 
+/// What the peer port hands the core.
+#[derive(Debug)]
+pub enum PeerEvent {
+    Frame(PeerFrame),
+    /// The connection a peer sent `from` ended (its process died, or the
+    /// link broke). When it is the leader's, the core need not wait an
+    /// election timeout to find out.
+    Closed {
+        from: u64,
+    },
+}
+
 fn codec() -> PeerCodec {
     PeerCodec::with_limit(PEER_FRAME_BYTES_MAX)
 }
@@ -377,7 +389,7 @@ async fn tls_connect(
 /// Accepts peer connections and forwards every frame to `deliver`.
 pub async fn listen(
     listener: TcpListener,
-    deliver: mpsc::Sender<PeerFrame>,
+    deliver: mpsc::Sender<PeerEvent>,
     stop: CancellationToken,
     links: PeerLinks,
 ) {
@@ -404,7 +416,7 @@ pub async fn listen(
 async fn inbound(
     tcp: TcpStream,
     peer: SocketAddr,
-    deliver: mpsc::Sender<PeerFrame>,
+    deliver: mpsc::Sender<PeerEvent>,
     stop: CancellationToken,
     links: PeerLinks,
 ) {
@@ -430,6 +442,9 @@ async fn inbound(
         }
     };
     let mut frames = FramedRead::new(stream, codec());
+    // Who sends on this connection (the first frame says; the core drops
+    // frames from non-members).
+    let mut sender = None;
     loop {
         let next = tokio::select! {
             _ = stop.cancelled() => return,
@@ -437,16 +452,20 @@ async fn inbound(
         };
         match next {
             Some(Ok(frame)) => {
-                if deliver.send(frame).await.is_err() {
+                sender.get_or_insert(frame.from);
+                if deliver.send(PeerEvent::Frame(frame)).await.is_err() {
                     return;
                 }
             }
             Some(Err(e)) => {
                 warn!(%peer, error = %e, "bad frame from peer; dropping the connection");
-                return;
+                break;
             }
-            None => return,
+            None => break,
         }
+    }
+    if let Some(from) = sender {
+        let _ = deliver.send(PeerEvent::Closed { from }).await;
     }
 }
 
