@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod late;
+
 use std::future::Future;
 use std::time::Duration;
 
