@@ -68,7 +68,9 @@ use tracing::debug;
 use warden_client::{Acl, Client, ErrorCode, Stat};
 
 use crate::error::{Error, Result};
-use crate::queue::{join_path, Entry, Lifetime, Outcome, Parents, Queue, Turn, Wait, WaitOptions};
+use crate::queue::{
+    join_path, retrying, Entry, Lifetime, Outcome, Parents, Queue, Turn, Wait, WaitOptions,
+};
 
 /// Prefix of a lease's queue nodes (the client id's key and the sequence
 /// follow).
@@ -171,8 +173,11 @@ impl LeaseLock {
             match outcome {
                 Outcome::Granted => {
                     // Stamp the grant, so the lease starts with a full TTL
-                    // (and a re-acquire by the holder renews it).
-                    match self.client.set_data(&entry.path(), &data, None).await {
+                    // (and a re-acquire by the holder renews it). The same
+                    // write again is harmless, so a lost answer is retried.
+                    let path = entry.path();
+                    let stamp = retrying(&self.client, || self.client.set_data(&path, &data, None));
+                    match stamp.await {
                         Ok(stat) => {
                             entry.take();
                             return Ok(Some(Lease {
@@ -184,7 +189,7 @@ impl LeaseLock {
                         }
                         // Lapsed just now: the next look finds it gone.
                         Err(e) if e.code() == ErrorCode::NoNode => continue,
-                        Err(e) => return Err(e.into()),
+                        Err(e) => return Err(e),
                     }
                 }
                 Outcome::TimedOut => return Ok(None),

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod late;
+pub mod lossy;
 
 use std::future::Future;
 use std::time::Duration;
