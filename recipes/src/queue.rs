@@ -50,7 +50,9 @@
 //! An [`Entry`] is a member not yet handed to the caller. Dropping it (a
 //! cancelled acquire, an error) deletes the member in the background, or,
 //! if its create may have been in flight, finds it by id and deletes it.
-//! A member that timed out is deleted before the call returns.
+//! A member that timed out is deleted before the call returns. A member
+//! that was there before the call ([`Queue::rejoin`]: a lease's client id
+//! already in line) is left as it was when the call fails or is dropped.
 //!
 //! # Parents
 //!
@@ -474,10 +476,13 @@ impl Queue {
     }
 
     /// An entry for member `member` (found by [`find`](Self::find)), to
-    /// wait with as if this call had made it.
+    /// wait with as if this call had made it. It was there before this
+    /// call, so dropping the entry (an error, a cancellation) leaves it as
+    /// it was; only a wait that runs out deletes it.
     pub(crate) fn rejoin(&self, member: Member, stat: Stat) -> Entry {
         let mut entry = Entry::new(self.clone(), member.id.clone());
         entry.node = Some((member.name, stat));
+        entry.armed = false;
         entry
     }
 
@@ -568,7 +573,10 @@ impl Queue {
                 Turn::WaitOn { index, or_modified } => {
                     let path = self.path_of(&members[index].name);
                     match client.exists_watch(&path).await {
-                        Ok((Some(stat), watch)) if !or_modified || stat.version == 0 => watch,
+                        Ok((Some(stat), watch)) if !or_modified || stat.version == 0 => {
+                            attempt = 0;
+                            watch
+                        }
                         // Gone (or marked) before the watch was set.
                         Ok(_) => continue,
                         Err(e) if e.is_retryable() && attempt < RETRIES_MAX => {
@@ -583,7 +591,10 @@ impl Queue {
                     Ok((children, _, watch)) => {
                         let members = sorted_members(&children, self.prefix, self.kinds);
                         match members.iter().position(|m| m.name == entry.name()) {
-                            Some(i) if turn(&members, i) == Turn::WaitChildren => watch,
+                            Some(i) if turn(&members, i) == Turn::WaitChildren => {
+                                attempt = 0;
+                                watch
+                            }
                             _ => continue, // moved meanwhile: look again
                         }
                     }
