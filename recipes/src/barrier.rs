@@ -41,10 +41,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use warden_client::{Acl, Client, CreateOptions, ErrorCode, OneshotWatch};
 
-use crate::contender::{
-    delete_node, ensure_container, expired, retry_pause, retrying, wait_watch, Woken, RETRIES_MAX,
-};
 use crate::error::{Error, Result};
+use crate::queue::{
+    delete_node, ensure_parent, pause, retrying, watch_until, Parents, RETRIES_MAX,
+};
 
 /// Name of the node that says "all members have entered".
 pub const READY_NODE: &str = "ready";
@@ -156,9 +156,10 @@ impl DoubleBarrier {
         self.check_arguments()?;
         let client = &self.client;
         let ready_path = self.ready_path();
-        ensure_container(client, &self.path, &[], &self.acl).await?;
+        ensure_parent(client, &self.path, &[], &self.acl, Parents::Containers).await?;
         // The watch comes first: see the module comment.
-        let (ready, mut ready_watch) = retrying(|| client.exists_watch(&ready_path)).await?;
+        let (ready, mut ready_watch) =
+            retrying(client, || client.exists_watch(&ready_path)).await?;
         self.create_member_node().await?;
         if ready.is_some() {
             return Ok(true);
@@ -166,7 +167,7 @@ impl DoubleBarrier {
         loop {
             let members = self.members().await?;
             if members.len() >= self.count as usize {
-                match retrying(|| {
+                match retrying(client, || {
                     client.create(
                         &ready_path,
                         &[],
@@ -180,10 +181,10 @@ impl DoubleBarrier {
                     Err(e) => return Err(e),
                 }
             }
-            if wait_watch(ready_watch, deadline).await? == Woken::TimedOut {
+            if !watch_until(ready_watch, deadline).await? {
                 return self.give_up_entering().await;
             }
-            let (ready, watch) = retrying(|| client.exists_watch(&ready_path)).await?;
+            let (ready, watch) = retrying(client, || client.exists_watch(&ready_path)).await?;
             if ready.is_some() {
                 return Ok(true);
             }
@@ -195,7 +196,7 @@ impl DoubleBarrier {
     /// else removes our node and says `false`.
     async fn give_up_entering(&self) -> Result<bool> {
         let ready_path = self.ready_path();
-        if retrying(|| self.client.exists(&ready_path))
+        if retrying(&self.client, || self.client.exists(&ready_path))
             .await?
             .is_some()
         {
@@ -219,7 +220,7 @@ impl DoubleBarrier {
             {
                 Ok(_) => return Ok(()),
                 Err(e) if e.code() == ErrorCode::NodeExists => {
-                    return match retrying(|| client.exists(&path)).await? {
+                    return match retrying(client, || client.exists(&path)).await? {
                         Some(stat) if stat.ephemeral_owner == client.session_id() => Ok(()),
                         // Its owner just left: try again.
                         None if retries < RETRIES_MAX => {
@@ -234,10 +235,10 @@ impl DoubleBarrier {
                 }
                 Err(e) if e.code() == ErrorCode::NoNode && retries < RETRIES_MAX => {
                     retries += 1;
-                    ensure_container(client, &self.path, &[], &self.acl).await?;
+                    ensure_parent(client, &self.path, &[], &self.acl, Parents::Containers).await?;
                 }
                 Err(e) if e.is_retryable() && retries < RETRIES_MAX => {
-                    tokio::time::sleep(retry_pause(retries)).await;
+                    pause(client, retries).await;
                     retries += 1;
                 }
                 Err(e) => return Err(e.into()),
@@ -248,7 +249,7 @@ impl DoubleBarrier {
     /// The members present now (every child but `ready`), sorted by name.
     /// A missing barrier node has none.
     async fn members(&self) -> Result<Vec<String>> {
-        match retrying(|| self.client.get_children(&self.path)).await {
+        match retrying(&self.client, || self.client.get_children(&self.path)).await {
             Ok((mut children, _)) => {
                 children.retain(|c| c != READY_NODE);
                 children.sort();
@@ -296,13 +297,13 @@ impl DoubleBarrier {
                     &members[0]
                 }
             };
-            if expired(deadline) {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(false);
             }
             let Some(watch) = self.watch_member(watch_on).await? else {
                 continue; // gone already: look again
             };
-            if wait_watch(watch, deadline).await? == Woken::TimedOut {
+            if !watch_until(watch, deadline).await? {
                 return Ok(false);
             }
         }
@@ -311,7 +312,7 @@ impl DoubleBarrier {
     /// An exists-watch on member `name`; `None` if it is gone already.
     async fn watch_member(&self, name: &str) -> Result<Option<OneshotWatch>> {
         let path = format!("{}/{name}", self.path);
-        let (stat, watch) = retrying(|| self.client.exists_watch(&path)).await?;
+        let (stat, watch) = retrying(&self.client, || self.client.exists_watch(&path)).await?;
         Ok(stat.map(|_| watch))
     }
 }

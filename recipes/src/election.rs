@@ -4,7 +4,9 @@
 //! # Design
 //!
 //! Each candidate creates an *ephemeral*-sequential node
-//! `<path>/c-<nonce>-<seq>` holding its id, under the container `<path>`.
+//! `<path>/c-<nonce>-<seq>` holding its id, under the container `<path>`
+//! (the queue machinery, protected against lost create answers, is
+//! `queue.rs`, shared with every other recipe).
 //! The candidate with the lowest sequence number leads; every other one
 //! watches only its predecessor (no herd when the leader goes) and looks
 //! again when that node goes. Leadership ends when the leader resigns
@@ -32,10 +34,10 @@
 use std::future::Future;
 
 use futures::{Stream, StreamExt};
-use warden_client::{Client, CreateOptions, ErrorCode, EventType, PersistentWatch, SessionState};
+use warden_client::{Client, ErrorCode, EventType, PersistentWatch, SessionState};
 
 use crate::error::{Error, Result};
-use crate::lease::{create_member, dir_join, sorted_members, NodeGuard};
+use crate::queue::{random_id, Lifetime, Outcome, Parents, Queue, Turn, Wait, WaitOptions};
 
 /// Prefix of candidate nodes (the nonce and the sequence follow).
 const CANDIDATE_PREFIX: &str = "c-";
@@ -81,51 +83,47 @@ impl LeaderElection {
     /// the future withdraws the candidacy (in the background; at the latest
     /// when the session ends).
     pub async fn campaign(&self) -> Result<Leadership> {
-        let (me, _) = create_member(
-            &self.client,
-            &self.path,
-            CANDIDATE_PREFIX,
-            self.id.as_bytes(),
-            &CreateOptions::ephemeral_sequential().acl(self.acl.clone()),
-        )
-        .await?;
-        let mut guard = NodeGuard::new(self.client.clone(), me.clone());
-        loop {
-            let children = match self.client.get_children(&self.path).await {
-                Ok((children, _)) => children,
-                Err(e) if e.code() == ErrorCode::NoNode => Vec::new(),
-                Err(e) => return Err(e.into()),
-            };
-            let queue = sorted_members(&children);
-            let Some(pos) = queue.iter().position(|c| dir_join(&self.path, c) == me) else {
-                return Err(Error::NotHolder(format!(
-                    "{me}: the candidate node was deleted"
-                )));
-            };
-            if pos == 0 {
-                let (_, stat) = match self.client.get_data(&me).await {
-                    Ok(found) => found,
-                    Err(e) if e.code() == ErrorCode::NoNode => {
-                        return Err(Error::NotHolder(format!(
-                            "{me}: the candidate node was deleted"
-                        )))
-                    }
-                    Err(e) => return Err(e.into()),
-                };
-                guard.disarm();
-                return Ok(Leadership {
+        let queue = election_queue(&self.client, &self.path, self.acl.clone());
+        let mut entry = queue
+            .join(
+                &random_id(),
+                "",
+                self.id.as_bytes(),
+                Lifetime::Ephemeral,
+                b"",
+            )
+            .await?;
+        let outcome = queue
+            .wait_turn(
+                &mut entry,
+                Wait::Forever,
+                WaitOptions::default(),
+                |_, index| match index {
+                    0 => Turn::Granted,
+                    i => Turn::WaitOn {
+                        index: i - 1,
+                        or_modified: false,
+                    },
+                },
+            )
+            .await?;
+        match outcome {
+            Outcome::Granted => {
+                let (node, stat) = entry.take();
+                Ok(Leadership {
                     token: stat.czxid,
                     id: self.id.clone(),
-                    node: me,
+                    node,
                     client: self.client.clone(),
-                });
+                })
             }
-            let predecessor = dir_join(&self.path, &queue[pos - 1]);
-            let (stat, watch) = self.client.exists_watch(&predecessor).await?;
-            if stat.is_some() {
-                // Any event (a data change too) means: look again.
-                watch.await?;
-            }
+            Outcome::Vanished => Err(Error::NotHolder(format!(
+                "{}: the candidate node was deleted",
+                entry.path()
+            ))),
+            Outcome::TimedOut => Err(Error::Corrupt(
+                "an unbounded campaign ended without leading".into(),
+            )),
         }
     }
 
@@ -202,16 +200,12 @@ impl LeaderElection {
 
 /// Reads the head of the election at `path`.
 async fn current_leader(client: &Client, path: &str) -> Result<Option<LeaderInfo>> {
+    let queue = election_queue(client, path, Vec::new());
     loop {
-        let children = match client.get_children(path).await {
-            Ok((children, _)) => children,
-            Err(e) if e.code() == ErrorCode::NoNode => return Ok(None),
-            Err(e) => return Err(e.into()),
-        };
-        let Some(head) = sorted_members(&children).into_iter().next() else {
+        let Some(head) = queue.list().await?.into_iter().next() else {
             return Ok(None);
         };
-        match client.get_data(&dir_join(path, &head)).await {
+        match client.get_data(&queue.path_of(&head.name)).await {
             Ok((data, stat)) => {
                 return Ok(Some(LeaderInfo {
                     id: String::from_utf8_lossy(&data).into_owned(),
@@ -223,6 +217,19 @@ async fn current_leader(client: &Client, path: &str) -> Result<Option<LeaderInfo
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// The candidates' queue at `path`: a container under persistent
+/// ancestors, candidates `c-<nonce>-<seq>`.
+fn election_queue(client: &Client, path: &str, acl: Vec<warden_client::Acl>) -> Queue {
+    Queue::new(
+        client.clone(),
+        path,
+        acl,
+        Parents::Persistent,
+        CANDIDATE_PREFIX,
+        &[""],
+    )
 }
 
 /// Leadership won by [`LeaderElection::campaign`].

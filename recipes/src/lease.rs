@@ -5,8 +5,11 @@
 //! # Design
 //!
 //! A lease named `N` under root `R` lives in the container node `R/N`.
-//! Every acquire creates one child there: a *persistent*-sequential node
-//! **with a TTL** (`lease-<nonce>-<seq>`, data `"<ttl_ms>\n<client_id>"`).
+//! Every client id has at most one child there: a *persistent*-sequential
+//! node **with a TTL** (`lease-<key>-<seq>`, data
+//! `"<ttl_ms>\n<client_id>"`, where `<key>` is 32 hex digits of the SHA-1
+//! of the client id). The queue machinery (protected create, orphan sweep,
+//! waiting) is `queue.rs`, shared with every other recipe.
 //! It is not ephemeral, because a lease must outlive the session that asked
 //! for it: a web handler may acquire, answer, and renew from another
 //! process later, by token. What frees a lease is therefore one of:
@@ -30,6 +33,21 @@
 //! `expires_at_ms` is the node's mtime (the Raft leader's clock, in ms since
 //! the Unix epoch) plus the TTL.
 //!
+//! # Acquires are idempotent per client id
+//!
+//! Because the node's name carries the client id's key, an acquire first
+//! looks (linearizably) for a node of that client id. If it holds the
+//! lease, the acquire answers that grant: the same fencing token, its
+//! expiry refreshed (a renewal). If it waits, the acquire takes up that
+//! place in the queue instead of queueing a second time. So a caller whose
+//! acquire failed with a timeout or a lost connection (an HTTP 503) just
+//! retries it with the same client id: it can neither end up behind its
+//! own lease nor hold two places. A node of ours that a lost create left
+//! behind is swept by the same rule: of the nodes of one client id, the
+//! lowest is kept and the others deleted. Two requests of one client id
+//! that run at once share its place; the first to give up (timeout,
+//! cancellation) removes it, and the other queues again at the back.
+//!
 //! # TTL granularity
 //!
 //! The server checks TTL nodes periodically (every 5 ticks: 500 ms at the
@@ -47,17 +65,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::debug;
-use warden_client::{Acl, Client, CreateOptions, ErrorCode, Stat};
+use warden_client::{Acl, Client, ErrorCode, Stat};
 
 use crate::error::{Error, Result};
+use crate::queue::{
+    join_path, retrying, Entry, Lifetime, Outcome, Parents, Queue, Turn, Wait, WaitOptions,
+};
 
-/// Prefix of a lease's queue nodes (the nonce and the sequence follow).
+/// Prefix of a lease's queue nodes (the client id's key and the sequence
+/// follow).
 const LEASE_NODE_PREFIX: &str = "lease-";
-/// How many times one create is retried after the connection broke.
-pub(crate) const CREATE_ATTEMPTS_MAX: u32 = 10;
-/// Pause before retrying a create (or a guarded write) that may have
-/// failed because the connection broke.
-pub(crate) const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// How many times a renew or release re-reads the holder after losing a
 /// version race (to a concurrent renew by the same holder).
 const GUARDED_ATTEMPTS_MAX: u32 = 8;
@@ -130,88 +147,104 @@ impl LeaseLock {
     ) -> Result<Option<Lease>> {
         let ttl_ms = check_args(name, ttl)?;
         let deadline = Instant::now() + wait_timeout;
-        let dir = self.dir(name);
+        let wait = Wait::Until(deadline);
+        let queue = self.queue(name);
+        let key = client_key(client_id);
         let data = encode(ttl_ms, client_id);
-        let options = CreateOptions {
-            sequential: true,
-            ttl: Some(ttl),
-            acl: self.acl.clone(),
-            ..CreateOptions::default()
-        };
         let touch_interval = (ttl / TOUCHES_PER_TTL).max(Duration::from_millis(1));
-        let (me, _) = create_member(&self.client, &dir, LEASE_NODE_PREFIX, &data, &options).await?;
-        let mut guard = NodeGuard::new(self.client.clone(), me);
+        let mut entry = match self.rejoin(&queue, name, client_id, &key, ttl_ms).await? {
+            Some(entry) => entry,
+            None => queue.join(&key, "", &data, Lifetime::Ttl(ttl), b"").await?,
+        };
         loop {
-            let me = guard.path().to_string();
-            let children = match self.client.get_children(&dir).await {
-                Ok((children, _)) => children,
-                // The container went with our node (it expired).
-                Err(e) if e.code() == ErrorCode::NoNode => Vec::new(),
-                Err(e) => return Err(e.into()),
+            let options = WaitOptions {
+                keepalive: Some((touch_interval, &data)),
+                woken: None,
             };
-            let queue = sorted_members(&children);
-            let Some(pos) = queue.iter().position(|c| dir_join(&dir, c) == me) else {
-                // Our node expired while we waited (we could not touch it
-                // in time): queue again, at the back.
-                debug!(lease = name, node = %me, "waiter node expired; queueing again");
-                if Instant::now() >= deadline {
-                    guard.disarm();
-                    return Ok(None);
-                }
-                let (again, _) =
-                    create_member(&self.client, &dir, LEASE_NODE_PREFIX, &data, &options).await?;
-                guard.replace(again);
-                continue;
-            };
-            if pos == 0 {
-                // Stamp the grant, so the lease starts with a full TTL.
-                match self.client.set_data(&me, &data, None).await {
-                    Ok(stat) => {
-                        guard.disarm();
-                        return Ok(Some(Lease {
-                            name: name.to_string(),
-                            client_id: client_id.to_string(),
-                            fencing_token: stat.czxid,
-                            expires_at_ms: expires_at_ms(&stat, ttl_ms),
-                        }));
-                    }
-                    Err(e) if e.code() == ErrorCode::NoNode => continue,
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            if Instant::now() >= deadline {
-                guard.remove().await;
-                return Ok(None);
-            }
-            let predecessor = dir_join(&dir, &queue[pos - 1]);
-            let (stat, watch) = self.client.exists_watch(&predecessor).await?;
-            if stat.is_none() {
-                continue;
-            }
-            tokio::pin!(watch);
-            let mut next_touch = Instant::now() + touch_interval;
-            loop {
-                tokio::select! {
-                    event = &mut watch => {
-                        event?;
-                        break;
-                    }
-                    _ = tokio::time::sleep_until(next_touch) => {
-                        next_touch = Instant::now() + touch_interval;
-                        match self.client.set_data(&me, &data, None).await {
-                            Ok(_) => {}
-                            // Expired: found gone at the next look.
-                            Err(e) if e.code() == ErrorCode::NoNode => break,
-                            Err(e) if e.is_retryable() => {
-                                debug!(lease = name, error = %e, "touching the waiter node failed");
-                            }
-                            Err(e) => return Err(e.into()),
+            let outcome = queue
+                .wait_turn(&mut entry, wait, options, |_, index| match index {
+                    0 => Turn::Granted,
+                    i => Turn::WaitOn {
+                        index: i - 1,
+                        or_modified: false,
+                    },
+                })
+                .await?;
+            match outcome {
+                Outcome::Granted => {
+                    // Stamp the grant, so the lease starts with a full TTL
+                    // (and a re-acquire by the holder renews it). The same
+                    // write again is harmless, so a lost answer is retried.
+                    let path = entry.path();
+                    let stamp = retrying(&self.client, || self.client.set_data(&path, &data, None));
+                    match stamp.await {
+                        Ok(stat) => {
+                            entry.take();
+                            return Ok(Some(Lease {
+                                name: name.to_string(),
+                                client_id: client_id.to_string(),
+                                fencing_token: stat.czxid,
+                                expires_at_ms: expires_at_ms(&stat, ttl_ms),
+                            }));
                         }
+                        // Lapsed just now: the next look finds it gone.
+                        Err(e) if e.code() == ErrorCode::NoNode => continue,
+                        Err(e) => return Err(e),
                     }
-                    _ = tokio::time::sleep_until(deadline) => break,
+                }
+                Outcome::TimedOut => return Ok(None),
+                Outcome::Vanished => {
+                    // Our node expired while we waited (we could not touch
+                    // it in time), or another request of this client id
+                    // gave up on it: queue again, at the back.
+                    debug!(lease = name, node = %entry.path(), "waiter node gone; queueing again");
+                    entry.take();
+                    if Instant::now() >= deadline {
+                        return Ok(None);
+                    }
+                    entry = queue.join(&key, "", &data, Lifetime::Ttl(ttl), b"").await?;
                 }
             }
         }
+    }
+
+    /// The node `client_id` already has in lease `name`'s queue (holding
+    /// or waiting), to carry on with instead of queueing again; `None` if
+    /// it has none. A different TTL than that node's is `BadArguments`, as
+    /// for a renewal.
+    async fn rejoin(
+        &self,
+        queue: &Queue,
+        name: &str,
+        client_id: &str,
+        key: &str,
+        ttl_ms: u64,
+    ) -> Result<Option<Entry>> {
+        let Some((member, _)) = queue.find(key).await? else {
+            return Ok(None);
+        };
+        let path = queue.path_of(&member.name);
+        let (data, stat) = match self.client.get_data(&path).await {
+            Ok(found) => found,
+            Err(e) if e.code() == ErrorCode::NoNode => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let (held_ttl_ms, holder_id) = decode(&data)
+            .ok_or_else(|| Error::Corrupt(format!("{path}: not a lease node's data")))?;
+        if holder_id != client_id {
+            return Err(Error::Corrupt(format!(
+                "{path}: holds client {holder_id:?}, whose key is that of {client_id:?}"
+            )));
+        }
+        if held_ttl_ms != ttl_ms {
+            return Err(Error::BadArguments(format!(
+                "{name}: client {client_id:?} already has this lease (or waits for it) with \
+                 a TTL of {held_ttl_ms} ms; a lease keeps the TTL it was acquired with, \
+                 not {ttl_ms} ms"
+            )));
+        }
+        debug!(lease = name, node = %path, "acquire by a client id already in the queue");
+        Ok(Some(queue.rejoin(member, stat)))
     }
 
     /// Extends lease `name` held by `client_id` with `token` by `ttl` from
@@ -281,18 +314,13 @@ impl LeaseLock {
     /// it is free. A plain read: it may be a moment behind the leader.
     pub async fn state(&self, name: &str) -> Result<Option<LeaseState>> {
         check_name(name)?;
-        let dir = self.dir(name);
+        let queue = self.queue(name);
         for _ in 0..GUARDED_ATTEMPTS_MAX {
-            let children = match self.client.get_children(&dir).await {
-                Ok((children, _)) => children,
-                Err(e) if e.code() == ErrorCode::NoNode => return Ok(None),
-                Err(e) => return Err(e.into()),
-            };
-            let queue = sorted_members(&children);
-            let Some(head) = queue.first() else {
+            let members = queue.list().await?;
+            let Some(head) = members.first() else {
                 return Ok(None);
             };
-            let path = dir_join(&dir, head);
+            let path = queue.path_of(&head.name);
             let (data, stat) = match self.client.get_data(&path).await {
                 Ok(found) => found,
                 // The holder went between the two reads: look again.
@@ -308,7 +336,7 @@ impl LeaseLock {
                     fencing_token: stat.czxid,
                     expires_at_ms: expires_at_ms(&stat, ttl_ms),
                 },
-                waiters: queue.len() - 1,
+                waiters: members.len() - 1,
             }));
         }
         Ok(None)
@@ -322,16 +350,11 @@ impl LeaseLock {
         client_id: &str,
         token: u64,
     ) -> Result<(String, Vec<u8>, Stat, u64)> {
-        let dir = self.dir(name);
-        let children = match self.client.get_children(&dir).await {
-            Ok((children, _)) => children,
-            Err(e) if e.code() == ErrorCode::NoNode => return Err(lapsed(name, token)),
-            Err(e) => return Err(e.into()),
-        };
-        let Some(head) = sorted_members(&children).into_iter().next() else {
+        let queue = self.queue(name);
+        let Some(head) = queue.list().await?.into_iter().next() else {
             return Err(lapsed(name, token));
         };
-        let path = dir_join(&dir, &head);
+        let path = queue.path_of(&head.name);
         let (data, stat) = match self.client.get_data(&path).await {
             Ok(found) => found,
             Err(e) if e.code() == ErrorCode::NoNode => return Err(lapsed(name, token)),
@@ -354,7 +377,19 @@ impl LeaseLock {
     }
 
     fn dir(&self, name: &str) -> String {
-        dir_join(&self.root, name)
+        join_path(&self.root, name)
+    }
+
+    /// Lease `name`'s queue: a container under the (persistent) root.
+    fn queue(&self, name: &str) -> Queue {
+        Queue::new(
+            self.client.clone(),
+            self.dir(name),
+            self.acl.clone(),
+            Parents::Persistent,
+            LEASE_NODE_PREFIX,
+            &[""],
+        )
     }
 }
 
@@ -399,173 +434,14 @@ fn decode(data: &[u8]) -> Option<(u64, String)> {
     Some((ttl.parse().ok()?, client_id.to_string()))
 }
 
-// Helpers shared with the election recipe: queues of sequential nodes
-// under one container.
-
-/// `parent/name`, for a parent that may be `/`.
-pub(crate) fn dir_join(parent: &str, name: &str) -> String {
-    if parent.ends_with('/') {
-        format!("{parent}{name}")
-    } else {
-        format!("{parent}/{name}")
-    }
-}
-
-/// The sequence number of a sequential node's name (its last 10 digits).
-pub(crate) fn sequence_of(name: &str) -> Option<u64> {
-    let (_, digits) = name.rsplit_once('-')?;
-    if digits.len() != 10 {
-        return None;
-    }
-    digits.parse().ok()
-}
-
-/// The names of the queue members among `children`, by sequence number.
-/// Names that are not sequential members are ignored.
-pub(crate) fn sorted_members(children: &[String]) -> Vec<String> {
-    let mut members: Vec<(u64, &String)> = children
-        .iter()
-        .filter_map(|c| Some((sequence_of(c)?, c)))
-        .collect();
-    members.sort();
-    members.into_iter().map(|(_, c)| c.clone()).collect()
-}
-
-/// Creates `path` as a container, and its ancestors as persistent nodes,
-/// as needed, all with `acl`.
-pub(crate) async fn ensure_container(client: &Client, path: &str, acl: &[Acl]) -> Result<()> {
-    let mut missing = vec![path.to_string()];
-    // Walk up to the first ancestor that exists, then create downwards.
-    loop {
-        let Some(current) = missing.last().cloned() else {
-            return Ok(());
-        };
-        let options = if current == path {
-            CreateOptions::container()
-        } else {
-            CreateOptions::persistent()
-        }
-        .acl(acl.to_vec());
-        match client.create(&current, b"", options).await {
-            Ok(_) => {
-                missing.pop();
-            }
-            Err(e) if e.code() == ErrorCode::NodeExists => {
-                missing.pop();
-            }
-            Err(e) if e.code() == ErrorCode::NoNode => {
-                let parent = match current.rfind('/') {
-                    Some(0) | None => return Err(e.into()),
-                    Some(i) => current[..i].to_string(),
-                };
-                missing.push(parent);
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
-/// Creates a sequential member `dir/<prefix><nonce>-<seq>`. The random
-/// nonce lets a retry after a broken connection find the node the lost
-/// attempt may have created, instead of leaving an orphan in the queue.
-/// Recreates the container `dir` if it is missing.
-pub(crate) async fn create_member(
-    client: &Client,
-    dir: &str,
-    prefix: &str,
-    data: &[u8],
-    options: &CreateOptions,
-) -> Result<(String, Stat)> {
-    let nonce = format!("{:016x}", rand::random::<u64>());
-    let base = dir_join(dir, &format!("{prefix}{nonce}-"));
-    let mut last = None;
-    for _ in 0..CREATE_ATTEMPTS_MAX {
-        match client.create(&base, data, options.clone()).await {
-            Ok(created) => return Ok(created),
-            Err(e) if e.code() == ErrorCode::NoNode => {
-                ensure_container(client, dir, &options.acl).await?
-            }
-            Err(e) if e.is_retryable() => {
-                tokio::time::sleep(RETRY_PAUSE).await;
-                if let Ok((children, _)) = client.get_children(dir).await {
-                    if let Some(child) = children.iter().find(|c| c.contains(&nonce)) {
-                        let path = dir_join(dir, child);
-                        let (_, stat) = client.get_data(&path).await?;
-                        return Ok((path, stat));
-                    }
-                }
-                last = Some(e);
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(match last {
-        Some(e) => e.into(),
-        None => Error::Client(warden_client::Error::api(
-            ErrorCode::NoNode,
-            dir,
-            "the container kept vanishing",
-        )),
-    })
-}
-
-/// Deletes a queue node that was not handed to the caller, if the future
-/// owning it is dropped (cancelled) or fails: in the background, or
-/// failing that by its TTL or its session's end.
-pub(crate) struct NodeGuard {
-    client: Client,
-    path: Option<String>,
-}
-
-impl NodeGuard {
-    pub(crate) fn new(client: Client, path: String) -> Self {
-        Self {
-            client,
-            path: Some(path),
-        }
-    }
-
-    pub(crate) fn path(&self) -> &str {
-        self.path.as_deref().unwrap_or_default()
-    }
-
-    pub(crate) fn replace(&mut self, path: String) {
-        self.path = Some(path);
-    }
-
-    /// The node is the caller's now.
-    pub(crate) fn disarm(&mut self) -> String {
-        self.path.take().unwrap_or_default()
-    }
-
-    /// Deletes the node now (a node already gone is fine).
-    pub(crate) async fn remove(&mut self) {
-        if let Some(path) = self.path.take() {
-            delete_quietly(&self.client, &path).await;
-        }
-    }
-}
-
-impl Drop for NodeGuard {
-    fn drop(&mut self) {
-        let Some(path) = self.path.take() else {
-            return;
-        };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let client = self.client.clone();
-            runtime.spawn(async move { delete_quietly(&client, &path).await });
-        }
-    }
-}
-
-async fn delete_quietly(client: &Client, path: &str) {
-    match client.delete(path, None).await {
-        Ok(()) => {}
-        Err(e) if e.code() == ErrorCode::NoNode => {}
-        Err(e) => {
-            debug!(node = path, error = %e, "could not delete a queue node; it goes at its TTL or session end")
-        }
-    }
+/// The key of a client id in its node's name: 32 hex digits of its SHA-1
+/// (names cannot hold every byte a client id may have).
+fn client_key(client_id: &str) -> String {
+    let mut key = sha1_smol::Sha1::from(client_id.as_bytes())
+        .digest()
+        .to_string();
+    key.truncate(32);
+    key
 }
 
 #[cfg(test)]
@@ -591,16 +467,30 @@ mod tests {
             "junk".to_string(),
             "lease-aaaa-0000000001".to_string(),
         ];
+        let names: Vec<String> = crate::queue::sorted_members(&children, LEASE_NODE_PREFIX, &[""])
+            .into_iter()
+            .map(|m| m.name)
+            .collect();
         assert_eq!(
-            sorted_members(&children),
+            names,
             vec![
                 "lease-aaaa-0000000001",
                 "lease-ffff-0000000003",
                 "lease-0000-0000000010"
             ]
         );
-        assert_eq!(sequence_of("c-12-0000000042"), Some(42));
-        assert_eq!(sequence_of("c-12-42"), None);
+        let seq = |n: &str| crate::queue::parse_member(n, "c-").map(|m| m.seq);
+        assert_eq!(seq("c-12-0000000042"), Some(42));
+        assert_eq!(seq("c-12-42"), None);
+    }
+
+    #[test]
+    fn client_keys_are_stable_and_distinct() {
+        // SHA-1 of "worker-7": the same on every server and every build.
+        assert_eq!(client_key("worker-7").len(), 32);
+        assert_eq!(client_key("worker-7"), client_key("worker-7"));
+        assert_ne!(client_key("worker-7"), client_key("worker-8"));
+        assert_eq!(client_key(""), "da39a3ee5e6b4b0d3255bfef95601890");
     }
 
     #[test]
@@ -612,7 +502,7 @@ mod tests {
             Err(Error::BadArguments(_))
         ));
         assert_eq!(check_args("a", Duration::from_secs(2)).ok(), Some(2000));
-        assert_eq!(dir_join("/", "a"), "/a");
-        assert_eq!(dir_join("/leases", "a"), "/leases/a");
+        assert_eq!(join_path("/", "a"), "/a");
+        assert_eq!(join_path("/leases", "a"), "/leases/a");
     }
 }

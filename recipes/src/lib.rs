@@ -8,12 +8,12 @@
 //! node that won it: strictly increasing across grants of the same lock.
 
 mod barrier;
-mod contender;
 mod election;
 mod error;
 mod fenced;
 mod lease;
 mod mutex;
+mod queue;
 mod rwlock;
 mod semaphore;
 

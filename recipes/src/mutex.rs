@@ -49,9 +49,11 @@
 //! A create that fails with `ConnectionLoss` may still have been applied.
 //! Retrying blindly could leave an orphan node nobody will ever delete
 //! until the session ends — and that orphan would block the lock. So every
-//! attempt carries the same random id in the node's name, and after a
-//! connection loss the contender lists the children and adopts its own node
-//! if it is there before creating again.
+//! attempt carries the same random id in the node's name; after a
+//! connection loss the contender looks for it with a linearizable listing
+//! before creating again, and while it waits it sweeps any other node of
+//! its id (a lost create that committed late). The queue machinery is
+//! shared by every recipe: see `recipes/src/queue.rs`.
 //!
 //! # Re-entrancy and handles
 //!
@@ -77,21 +79,21 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
-use warden_client::{Acl, Client, CreateOptions, ErrorCode, EventType, SessionState, Stat};
+use warden_client::{Acl, Client, ErrorCode, EventType, SessionState};
 use warden_protocol::path;
 
 use crate::error::{Error, Result};
+use crate::queue::{
+    delete_node, pause, random_id, sorted_members, spawn_detached, Lifetime, Member, Outcome,
+    Parents, Queue, Turn, Wait, WaitOptions,
+};
 
-/// What every contender's node name contains between its id and its
-/// sequence number.
-const LOCK_NAME: &str = "-lock-";
 /// Prefix of a contender's node name, before its random id.
 const CONTENDER_PREFIX: &str = "_c_";
-/// How many times one step (create, delete, list) is retried after a
-/// retryable error (connection loss, timeout) before giving up.
-const RETRIES_MAX: u32 = 16;
-/// Pause before retrying a step while the session looks connected (after a
-/// request timeout, say); while disconnected we wait for the reconnect.
+/// What a contender's node name has between its id and its sequence
+/// number (`_c_<id>-lock-<seq>`).
+const LOCK_KIND: &str = "lock-";
+/// Pause before [`MutexGuard::lost`] looks again after a failed read.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// How many times [`Mutex::holder`] re-reads when the holder's node vanishes
 /// between the listing and the stat.
@@ -116,8 +118,26 @@ pub struct Mutex {
 struct Shared {
     client: Client,
     path: String,
-    /// The ACL of the nodes the lock creates; empty: world:anyone.
-    acl: Vec<Acl>,
+    /// The contender queue under `path`, whose nodes get the lock's ACL.
+    queue: Queue,
+}
+
+impl Shared {
+    fn new(client: Client, path: String, acl: Vec<Acl>) -> Shared {
+        let queue = Queue::new(
+            client.clone(),
+            path.clone(),
+            acl,
+            Parents::Containers,
+            CONTENDER_PREFIX,
+            &[LOCK_KIND],
+        );
+        Shared {
+            client,
+            path,
+            queue,
+        }
+    }
 }
 
 /// One owner's state: what it holds, and the counters tests read.
@@ -199,11 +219,7 @@ impl Mutex {
             return Err(Error::BadArguments("the lock path cannot be /".into()));
         }
         Ok(Mutex {
-            shared: Arc::new(Shared {
-                client,
-                path,
-                acl: Vec::new(),
-            }),
+            shared: Arc::new(Shared::new(client, path, Vec::new())),
             owner: Arc::default(),
         })
     }
@@ -215,11 +231,11 @@ impl Mutex {
     /// A contender the ACLs refuse gets `NoAuth` naming the node.
     pub fn with_acl(self, acl: Vec<Acl>) -> Mutex {
         Mutex {
-            shared: Arc::new(Shared {
-                client: self.shared.client.clone(),
-                path: self.shared.path.clone(),
+            shared: Arc::new(Shared::new(
+                self.shared.client.clone(),
+                self.shared.path.clone(),
                 acl,
-            }),
+            )),
             owner: self.owner,
         }
     }
@@ -275,7 +291,7 @@ impl Mutex {
         loop {
             match client.get_children_watch(&self.shared.path).await {
                 Ok((children, _, changed)) => {
-                    let contenders = sorted_contenders(&children);
+                    let contenders = sorted_members(&children, CONTENDER_PREFIX, &[LOCK_KIND]);
                     let now = self.holder_in(&contenders).await?.map(|(_, h)| h);
                     if now.as_ref().map(|h| h.node.as_str()) != last_node {
                         return Ok(now);
@@ -292,32 +308,20 @@ impl Mutex {
                         created.await?;
                     }
                 }
-                Err(e) if e.is_retryable() => pause_for(client).await,
+                Err(e) if e.is_retryable() => pause(client, 0).await,
                 Err(e) => return Err(e.into()),
             }
         }
     }
 
     /// The sorted contenders now (empty if the container does not exist).
-    async fn list(&self) -> Result<Vec<Contender>> {
-        let client = &self.shared.client;
-        let mut attempt = 0;
-        loop {
-            match client.get_children(&self.shared.path).await {
-                Ok((children, _)) => return Ok(sorted_contenders(&children)),
-                Err(e) if e.code() == ErrorCode::NoNode => return Ok(Vec::new()),
-                Err(e) if e.is_retryable() && attempt < RETRIES_MAX => {
-                    attempt += 1;
-                    pause_for(client).await;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+    async fn list(&self) -> Result<Vec<Member>> {
+        self.shared.queue.list().await
     }
 
     /// The first contender of `contenders` that still exists, with its
     /// stat; re-lists when nodes vanish under us.
-    async fn holder_in(&self, contenders: &[Contender]) -> Result<Option<(Contender, Holder)>> {
+    async fn holder_in(&self, contenders: &[Member]) -> Result<Option<(Member, Holder)>> {
         let client = &self.shared.client;
         let mut contenders = contenders.to_vec();
         for _ in 0..HOLDER_READS_MAX {
@@ -355,28 +359,37 @@ impl Mutex {
         if let Some(guard) = self.reenter().await? {
             return Ok(Some(guard));
         }
-        let id = format!("{:032x}", rand::random::<u128>());
-        let mut pending = PendingNode {
-            client: self.shared.client.clone(),
-            parent: self.shared.path.clone(),
-            id: id.clone(),
-            node: None,
-            armed: true,
+        let queue = &self.shared.queue;
+        let mut entry = queue
+            .join(&random_id(), LOCK_KIND, b"", Lifetime::Ephemeral, b"")
+            .await?;
+        let options = WaitOptions {
+            woken: Some(&self.owner.waits_woken),
+            ..WaitOptions::default()
         };
-        let (node, token) = self.create_protected(&id, &mut pending).await?;
-        match self.wait_for_turn(&node, wait).await {
-            Ok(true) => {}
-            Ok(false) => {
-                // Delete before returning, so that a caller that looks finds
-                // nothing left behind. If that fails, the drop guard stays
-                // armed and tries again in the background.
-                delete_retrying(&self.shared.client, &node).await?;
-                pending.armed = false;
-                return Ok(None);
+        match queue
+            .wait_turn(&mut entry, wait, options, |_, index| match index {
+                0 => Turn::Granted,
+                i => Turn::WaitOn {
+                    index: i - 1,
+                    or_modified: false,
+                },
+            })
+            .await?
+        {
+            Outcome::Granted => {}
+            // Deleted before returning, so that a caller that looks finds
+            // nothing left behind.
+            Outcome::TimedOut => return Ok(None),
+            Outcome::Vanished => {
+                return Err(Error::NotHolder(format!(
+                    "{}: our contender node vanished while waiting (session expired?)",
+                    entry.path()
+                )))
             }
-            Err(e) => return Err(e),
         }
-        pending.armed = false;
+        let (node, stat) = entry.take();
+        let token = stat.czxid;
         *self.owner.lock_held() = Some(Held {
             node: node.clone(),
             token,
@@ -419,101 +432,6 @@ impl Mutex {
             released: false,
         }
     }
-
-    /// Creates this contender's node, making the container (and its
-    /// parents) as needed; after a connection loss, adopts the node if the
-    /// lost create went through. Returns the node's path and czxid.
-    async fn create_protected(&self, id: &str, pending: &mut PendingNode) -> Result<(String, u64)> {
-        let client = &self.shared.client;
-        let prefix = format!("{CONTENDER_PREFIX}{id}{LOCK_NAME}");
-        let base = path::join(&self.shared.path, &prefix);
-        let mut attempt = 0;
-        loop {
-            match client
-                .create(
-                    &base,
-                    b"",
-                    CreateOptions::ephemeral_sequential().acl(self.shared.acl.clone()),
-                )
-                .await
-            {
-                Ok((node, stat)) => {
-                    pending.node = Some(node.clone());
-                    return Ok((node, stat.czxid));
-                }
-                Err(e) if e.code() == ErrorCode::NoNode && attempt < RETRIES_MAX => {
-                    // No container (yet, or any more: the server deletes an
-                    // empty one).
-                    attempt += 1;
-                    ensure_containers(client, &self.shared.path, &self.shared.acl).await?;
-                }
-                Err(e) if e.is_retryable() && attempt < RETRIES_MAX => {
-                    attempt += 1;
-                    pause_for(client).await;
-                    if let Some((node, stat)) = find_own(client, &self.shared.path, id).await? {
-                        pending.node = Some(node.clone());
-                        return Ok((node, stat.czxid));
-                    }
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-
-    /// Waits until `node` is the first contender. `Ok(false)`: the wait
-    /// ended first (the node is still there).
-    async fn wait_for_turn(&self, node: &str, wait: Wait) -> Result<bool> {
-        let client = &self.shared.client;
-        let own = path::name(node).to_string();
-        let mut attempt = 0;
-        loop {
-            let contenders = self.list().await?;
-            let Some(index) = contenders.iter().position(|c| c.name == own) else {
-                return Err(Error::NotHolder(format!(
-                    "{node}: our contender node vanished while waiting (session expired?)"
-                )));
-            };
-            // A create of ours whose answer was lost may have been committed
-            // after we looked for it and made this node: the same id, a
-            // different sequence number. Left alone it would wait in the
-            // queue (or hold the lock) for as long as our session lives.
-            let orphans = own_orphans(&contenders, &own);
-            if !orphans.is_empty() {
-                for orphan in orphans {
-                    delete_retrying(client, &path::join(&self.shared.path, &orphan)).await?;
-                }
-                continue;
-            }
-            if index == 0 {
-                return Ok(true);
-            }
-            if wait == Wait::No {
-                return Ok(false);
-            }
-            let predecessor = path::join(&self.shared.path, &contenders[index - 1].name);
-            let (stat, gone) = match client.exists_watch(&predecessor).await {
-                Ok(found) => found,
-                Err(e) if e.is_retryable() && attempt < RETRIES_MAX => {
-                    attempt += 1;
-                    pause_for(client).await;
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
-            };
-            if stat.is_none() {
-                continue; // Went before the watch was set: look again.
-            }
-            let fired = match wait {
-                Wait::Until(deadline) => match tokio::time::timeout_at(deadline, gone).await {
-                    Ok(fired) => fired,
-                    Err(_) => return Ok(false),
-                },
-                Wait::Forever | Wait::No => gone.await,
-            };
-            fired?;
-            self.owner.waits_woken.fetch_add(1, Ordering::Relaxed);
-        }
-    }
 }
 
 impl Owner {
@@ -543,188 +461,6 @@ impl Owner {
             // Already forgotten (lost and re-acquired): still delete ours.
             _ => true,
         }
-    }
-}
-
-/// How long an acquisition may wait.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Wait {
-    No,
-    Until(Instant),
-    Forever,
-}
-
-/// A contender's node name and its sequence number.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Contender {
-    name: String,
-    seq: u64,
-}
-
-/// The children that are contenders, lowest sequence first. Other names
-/// are not ours and are ignored.
-fn sorted_contenders(children: &[String]) -> Vec<Contender> {
-    let mut contenders: Vec<Contender> = children
-        .iter()
-        .filter_map(|name| {
-            let (_, seq) = name.rsplit_once(LOCK_NAME)?;
-            let seq = seq.parse().ok()?;
-            Some(Contender {
-                name: name.clone(),
-                seq,
-            })
-        })
-        .collect();
-    contenders.sort_by_key(|c| c.seq);
-    contenders
-}
-
-/// The contenders other than `own` created under `own`'s id (its
-/// protected prefix): orphans of creates whose answers were lost.
-fn own_orphans(contenders: &[Contender], own: &str) -> Vec<String> {
-    let Some((prefix, _)) = own.rsplit_once(LOCK_NAME) else {
-        return Vec::new();
-    };
-    let prefix = format!("{prefix}{LOCK_NAME}");
-    contenders
-        .iter()
-        .filter(|c| c.name != own && c.name.starts_with(&prefix))
-        .map(|c| c.name.clone())
-        .collect()
-}
-
-/// Creates `lock_path` and every missing parent as containers; a node that
-/// already exists is fine.
-async fn ensure_containers(client: &Client, lock_path: &str, acl: &[Acl]) -> Result<()> {
-    let mut at = String::new();
-    for part in lock_path.split('/').filter(|p| !p.is_empty()) {
-        at.push('/');
-        at.push_str(part);
-        match client
-            .create(&at, b"", CreateOptions::container().acl(acl.to_vec()))
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if e.code() == ErrorCode::NodeExists => {}
-            // CREATE is checked before existence: a level that exists under
-            // a parent we may not create in answers NoAuth, and is fine.
-            Err(e) if e.code() == ErrorCode::NoAuth => {
-                if client.exists(&at).await?.is_none() {
-                    return Err(e.into());
-                }
-            }
-            // A parent vanished between our steps (an emptied container):
-            // the caller's create retries and we come back here.
-            Err(e) if e.code() == ErrorCode::NoNode => return Ok(()),
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
-}
-
-/// Our node, by its id, if a create whose answer was lost went through.
-async fn find_own(client: &Client, parent: &str, id: &str) -> Result<Option<(String, Stat)>> {
-    // Linearizable, so that a lost create that was committed is seen even
-    // from a server that had not applied it yet; and an error is an error,
-    // never "not there": creating again while the first node exists would
-    // leave an orphan that blocks the queue for as long as the session
-    // lives.
-    let children = loop {
-        match client.get_children_linearizable(parent).await {
-            Ok((children, _)) => break children,
-            Err(e) if e.code() == ErrorCode::NoNode => return Ok(None),
-            Err(e) if e.is_retryable() => pause_for(client).await,
-            Err(e) => return Err(e.into()),
-        }
-    };
-    let prefix = format!("{CONTENDER_PREFIX}{id}{LOCK_NAME}");
-    for name in children.iter().filter(|n| n.starts_with(&prefix)) {
-        let node = path::join(parent, name);
-        if let Some(stat) = client.exists(&node).await? {
-            return Ok(Some((node, stat)));
-        }
-    }
-    Ok(None)
-}
-
-/// Waits before a retry: for the reconnect if disconnected, else a short
-/// pause.
-async fn pause_for(client: &Client) {
-    let mut state = client.session_events();
-    if *state.borrow() == SessionState::Disconnected {
-        let _ = tokio::time::timeout(
-            warden_client::SESSION_TIMEOUT_DEFAULT,
-            state.wait_for(|s| *s != SessionState::Disconnected),
-        )
-        .await;
-    } else {
-        tokio::time::sleep(RETRY_PAUSE).await;
-    }
-}
-
-/// Deletes `node`, retrying through connection losses; a node already gone
-/// is fine.
-async fn delete_retrying(client: &Client, node: &str) -> Result<()> {
-    let mut attempt = 0;
-    loop {
-        match client.delete(node, None).await {
-            Ok(()) => return Ok(()),
-            Err(e) if e.code() == ErrorCode::NoNode => return Ok(()),
-            // The session is over: the server deletes the node itself.
-            Err(e) if e.code() == ErrorCode::SessionExpired => return Ok(()),
-            Err(e) if e.is_retryable() && attempt < RETRIES_MAX => {
-                attempt += 1;
-                pause_for(client).await;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
-/// Runs `future` on the current runtime, if any. Without one (a guard
-/// dropped outside tokio) there is nothing to run it on; the node then goes
-/// when the session ends.
-fn spawn_detached(future: impl Future<Output = ()> + Send + 'static) {
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(future);
-    }
-}
-
-/// Deletes a waiter's node if its acquisition is abandoned (the future
-/// dropped) before it is granted.
-struct PendingNode {
-    client: Client,
-    parent: String,
-    id: String,
-    /// Known once the create answered; before that, found by `id`.
-    node: Option<String>,
-    armed: bool,
-}
-
-impl Drop for PendingNode {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let client = self.client.clone();
-        let parent = self.parent.clone();
-        let id = self.id.clone();
-        let node = self.node.take();
-        spawn_detached(async move {
-            let node = match node {
-                Some(node) => Some(node),
-                None => find_own(&client, &parent, &id)
-                    .await
-                    .ok()
-                    .flatten()
-                    .map(|(n, _)| n),
-            };
-            if let Some(node) = node {
-                if let Err(e) = delete_retrying(&client, &node).await {
-                    tracing::warn!(%node, error = %e, "abandoned lock waiter's node not deleted");
-                }
-            }
-        });
     }
 }
 
@@ -766,7 +502,7 @@ impl MutexGuard {
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
         if self.owner.release_one(&self.node) {
-            delete_retrying(&self.shared.client, &self.node).await?;
+            delete_node(&self.shared.client, &self.node).await?;
         }
         Ok(())
     }
@@ -781,7 +517,7 @@ impl Drop for MutexGuard {
             let client = self.shared.client.clone();
             let node = self.node.clone();
             spawn_detached(async move {
-                if let Err(e) = delete_retrying(&client, &node).await {
+                if let Err(e) = delete_node(&client, &node).await {
                     tracing::warn!(%node, error = %e, "lock node not deleted on drop");
                 }
             });
@@ -845,37 +581,6 @@ async fn watch_lost(client: Client, node: String) -> LockLost {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn contenders_sort_by_sequence_not_by_id() {
-        let children = vec![
-            "_c_ff-lock-0000000012".to_string(),
-            "_c_00-lock-0000000010".to_string(),
-            "not-a-contender".to_string(),
-            "_c_aa-lock-0000000011".to_string(),
-        ];
-        let names: Vec<_> = sorted_contenders(&children)
-            .into_iter()
-            .map(|c| c.seq)
-            .collect();
-        assert_eq!(names, vec![10, 11, 12]);
-    }
-
-    #[test]
-    fn own_orphans_share_our_id_but_not_our_name() {
-        let children = vec![
-            "_c_ab-lock-0000000003".to_string(),
-            "_c_cd-lock-0000000004".to_string(),
-            "_c_ab-lock-0000000005".to_string(),
-            "_c_abc-lock-0000000006".to_string(),
-        ];
-        let contenders = sorted_contenders(&children);
-        assert_eq!(
-            own_orphans(&contenders, "_c_ab-lock-0000000005"),
-            vec!["_c_ab-lock-0000000003".to_string()]
-        );
-        assert!(own_orphans(&contenders, "_c_cd-lock-0000000004").is_empty());
-    }
 
     #[test]
     fn release_counts_reentries() {

@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Every attempt creates one ephemeral-sequential contender (see
-//! `contender.rs` for the protected name and the container) and then looks
+//! `queue.rs` for the protected name, the orphan sweep and the container)
+//! and then looks
 //! at the queue sorted by sequence number:
 //!
 //! - a **writer** holds when it is first in the queue; otherwise it watches
@@ -39,13 +40,16 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use warden_client::{Acl, Client, ErrorCode, Stat};
+use warden_client::{Acl, Client, Stat};
 
-use crate::contender::{
-    create_contender, expired, kind_of, retrying, sorted_contenders, vanished, wait_watch,
-    NodeOwner, Wait, Woken,
-};
 use crate::error::Result;
+use crate::queue::{
+    random_id, vanished, Lifetime, Member, NodeOwner, Outcome, Parents, Queue, Turn, Wait,
+    WaitOptions,
+};
+
+/// Prefix of every contender's name, before its random id.
+const CONTENDER_PREFIX: &str = "_c_";
 
 /// Kind prefix of a reader's contender node.
 pub const READ_KIND: &str = "READ-";
@@ -150,7 +154,7 @@ impl RwLockHandle {
     /// Takes the lock if it is free for this side right now; `None`
     /// otherwise (and no node is left behind).
     pub async fn try_acquire(&self) -> Result<Option<RwLockGuard>> {
-        self.attempt(Wait::Never).await
+        self.attempt(Wait::No).await
     }
 
     /// Waits at most `timeout` for the lock; `None` if it did not come (and
@@ -160,56 +164,56 @@ impl RwLockHandle {
     }
 
     async fn attempt(&self, wait: Wait) -> Result<Option<RwLockGuard>> {
-        let client = &self.client;
-        let contender =
-            create_contender(client, &self.path, self.mode.kind(), &[], &self.acl).await?;
+        let queue = Queue::new(
+            self.client.clone(),
+            self.path.clone(),
+            self.acl.clone(),
+            Parents::Containers,
+            CONTENDER_PREFIX,
+            &[READ_KIND, WRITE_KIND],
+        );
+        let mut entry = queue
+            .join(
+                &random_id(),
+                self.mode.kind(),
+                b"",
+                Lifetime::Ephemeral,
+                b"",
+            )
+            .await?;
         // From here on, leaving by `?` or by being dropped deletes the node.
-        let owner = NodeOwner::new(client.clone(), contender.path.clone());
-        let deadline = wait.deadline();
-        loop {
-            let children = match retrying(|| client.get_children(&self.path)).await {
-                Ok((children, _)) => children,
-                Err(e) if e.code() == ErrorCode::NoNode => return Err(vanished(owner.path())),
-                Err(e) => return Err(e),
-            };
-            let queue = sorted_contenders(children, |k| k == READ_KIND || k == WRITE_KIND);
-            let Some(index) = queue.iter().position(|n| *n == contender.name) else {
-                return Err(vanished(owner.path()));
-            };
-            let Some(blocker) = blocker(self.mode, &queue[..index]) else {
-                return Ok(Some(RwLockGuard {
-                    owner,
-                    stat: contender.stat,
-                    mode: self.mode,
-                }));
-            };
-            if matches!(wait, Wait::Never) || expired(deadline) {
-                owner.delete().await?;
-                return Ok(None);
+        let mode = self.mode;
+        let outcome = queue
+            .wait_turn(
+                &mut entry,
+                wait,
+                WaitOptions::default(),
+                |members, index| match blocker(mode, &members[..index]) {
+                    None => Turn::Granted,
+                    Some(index) => Turn::WaitOn {
+                        index,
+                        or_modified: false,
+                    },
+                },
+            )
+            .await?;
+        match outcome {
+            Outcome::Granted => {
+                let (owner, stat) = entry.into_owner();
+                Ok(Some(RwLockGuard { owner, stat, mode }))
             }
-            let blocker_path = format!("{}/{blocker}", self.path);
-            let (stat, watch) = retrying(|| client.exists_watch(&blocker_path)).await?;
-            if stat.is_none() {
-                continue; // gone already: look again
-            }
-            tracing::debug!(path = %owner.path(), waits_on = %blocker_path, "rwlock contender waits");
-            if wait_watch(watch, deadline).await? == Woken::TimedOut {
-                owner.delete().await?;
-                return Ok(None);
-            }
+            Outcome::TimedOut => Ok(None),
+            Outcome::Vanished => Err(vanished(&entry.path())),
         }
     }
 }
 
-/// The node a contender of `mode` must wait for, given the contenders
-/// ahead of it (sorted); `None` if it may hold the lock.
-fn blocker(mode: RwLockMode, ahead: &[String]) -> Option<&String> {
+/// The index of the contender a contender of `mode` must wait for, given
+/// the contenders ahead of it (sorted); `None` if it may hold the lock.
+fn blocker(mode: RwLockMode, ahead: &[Member]) -> Option<usize> {
     match mode {
-        RwLockMode::Write => ahead.last(),
-        RwLockMode::Read => ahead
-            .iter()
-            .rev()
-            .find(|name| kind_of(name) == Some(WRITE_KIND)),
+        RwLockMode::Write => ahead.len().checked_sub(1),
+        RwLockMode::Read => ahead.iter().rposition(|m| m.kind == WRITE_KIND),
     }
 }
 
@@ -252,12 +256,13 @@ impl RwLockGuard {
 mod tests {
     use super::*;
 
-    fn names(kinds: &[&str]) -> Vec<String> {
-        kinds
+    fn names(kinds: &[&str]) -> Vec<Member> {
+        let names: Vec<String> = kinds
             .iter()
             .enumerate()
             .map(|(i, k)| format!("_c_{i:x}-{k}{i:010}"))
-            .collect()
+            .collect();
+        crate::queue::sorted_members(&names, CONTENDER_PREFIX, &[READ_KIND, WRITE_KIND])
     }
 
     #[test]
@@ -267,12 +272,12 @@ mod tests {
         assert_eq!(blocker(RwLockMode::Read, &q[..0]), None);
         assert_eq!(blocker(RwLockMode::Write, &q[..0]), None);
         // Writer at 1 waits on the reader at 0.
-        assert_eq!(blocker(RwLockMode::Write, &q[..1]), Some(&q[0]));
+        assert_eq!(blocker(RwLockMode::Write, &q[..1]), Some(0));
         // Readers at 2 and 3 wait on the writer at 1, not their neighbours.
-        assert_eq!(blocker(RwLockMode::Read, &q[..2]), Some(&q[1]));
-        assert_eq!(blocker(RwLockMode::Read, &q[..3]), Some(&q[1]));
+        assert_eq!(blocker(RwLockMode::Read, &q[..2]), Some(1));
+        assert_eq!(blocker(RwLockMode::Read, &q[..3]), Some(1));
         // Writer at 4 waits on the reader at 3.
-        assert_eq!(blocker(RwLockMode::Write, &q[..4]), Some(&q[3]));
+        assert_eq!(blocker(RwLockMode::Write, &q[..4]), Some(3));
         // A reader after only readers holds.
         let r = names(&[READ_KIND, READ_KIND]);
         assert_eq!(blocker(RwLockMode::Read, &r[..1]), None);

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Each `acquire` creates an ephemeral-sequential contender (see
-//! `contender.rs`). A contender holds a lease while its index among the
+//! `queue.rs`). A contender holds a lease while its index among the
 //! contenders sorted by sequence number is below `max_leases`: arrival
 //! order is grant order (FIFO), and a late comer never overtakes a waiter.
 //!
@@ -49,11 +49,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 use warden_client::{Acl, Client, ErrorCode, Stat};
 
-use crate::contender::{
-    create_contender, ensure_container, expired, retrying, sorted_contenders, vanished, wait_watch,
-    NodeOwner, Wait, Woken,
-};
 use crate::error::{Error, Result};
+use crate::queue::{
+    random_id, retrying, vanished, Entry, Lifetime, NodeOwner, Outcome, Parents, Queue, Turn, Wait,
+    WaitOptions,
+};
+
+/// Prefix of every contender's name, before its random id.
+const CONTENDER_PREFIX: &str = "_c_";
 
 /// Kind prefix of a semaphore contender.
 pub const LEASE_KIND: &str = "lease-";
@@ -115,7 +118,7 @@ impl Semaphore {
     /// Takes a lease if one is free right now (and nobody is queued
     /// before us); `None` otherwise, leaving no node behind.
     pub async fn try_acquire(&self) -> Result<Option<SemaphoreLease>> {
-        self.attempt(Wait::Never).await
+        self.attempt(Wait::No).await
     }
 
     /// Waits at most `timeout` for a lease; `None` if none came (and the
@@ -134,8 +137,8 @@ impl Semaphore {
             )));
         }
         let ours = self.max_leases.to_string().into_bytes();
-        ensure_container(&self.client, &self.path, &ours, &self.acl).await?;
-        let data = match retrying(|| self.client.get_data(&self.path)).await {
+        self.queue().ensure_dir(&ours).await?;
+        let data = match retrying(&self.client, || self.client.get_data(&self.path)).await {
             Ok((data, _)) => data,
             // Reaped between the two calls: it will be made again with ours.
             Err(e) if e.code() == ErrorCode::NoNode => return Ok(ours),
@@ -160,67 +163,62 @@ impl Semaphore {
         Ok(ours)
     }
 
+    fn queue(&self) -> Queue {
+        Queue::new(
+            self.client.clone(),
+            self.path.clone(),
+            self.acl.clone(),
+            Parents::Containers,
+            CONTENDER_PREFIX,
+            &[LEASE_KIND],
+        )
+    }
+
     async fn attempt(&self, wait: Wait) -> Result<Option<SemaphoreLease>> {
-        let client = &self.client;
         let ours = self.check_max_leases().await?;
-        let contender = create_contender(client, &self.path, LEASE_KIND, &ours, &self.acl).await?;
-        let owner = NodeOwner::new(client.clone(), contender.path.clone());
+        let queue = self.queue();
+        let mut entry = queue
+            .join(&random_id(), LEASE_KIND, b"", Lifetime::Ephemeral, &ours)
+            .await?;
         let max = self.max_leases as usize;
-        let deadline = wait.deadline();
-        loop {
-            let children = match retrying(|| client.get_children(&self.path)).await {
-                Ok((children, _)) => children,
-                Err(e) if e.code() == ErrorCode::NoNode => return Err(vanished(owner.path())),
-                Err(e) => return Err(e),
-            };
-            let queue = sorted_contenders(children, |k| k == LEASE_KIND);
-            let Some(index) = queue.iter().position(|n| *n == contender.name) else {
-                return Err(vanished(owner.path()));
-            };
-            if index < max {
-                return self.grant(owner, contender.stat).await.map(Some);
-            }
-            if matches!(wait, Wait::Never) || expired(deadline) {
-                owner.delete().await?;
-                return Ok(None);
-            }
-            let watch = if index == max {
-                // First waiter: any holder's release promotes us.
-                let (children, _, watch) = match retrying(|| client.get_children_watch(&self.path))
-                    .await
-                {
-                    Ok(got) => got,
-                    Err(e) if e.code() == ErrorCode::NoNode => return Err(vanished(owner.path())),
-                    Err(e) => return Err(e),
-                };
-                let queue = sorted_contenders(children, |k| k == LEASE_KIND);
-                match queue.iter().position(|n| *n == contender.name) {
-                    Some(index) if index >= max => watch,
-                    _ => continue, // promoted meanwhile, or gone: look again
+        let outcome = queue
+            .wait_turn(&mut entry, wait, WaitOptions::default(), |_, index| {
+                if index < max {
+                    Turn::Granted
+                } else if index == max {
+                    // First waiter: any holder's release promotes us.
+                    Turn::WaitChildren
+                } else {
+                    // Later waiter: our predecessor's release or promotion
+                    // (its mark) moves us up.
+                    Turn::WaitOn {
+                        index: index - 1,
+                        or_modified: true,
+                    }
                 }
-            } else {
-                // Later waiter: our predecessor's release or promotion
-                // moves us up.
-                let predecessor = format!("{}/{}", self.path, queue[index - 1]);
-                let (stat, watch) = retrying(|| client.exists_watch(&predecessor)).await?;
-                match stat {
-                    Some(stat) if stat.version == 0 => watch,
-                    _ => continue, // gone or already a holder: look again
-                }
-            };
-            if wait_watch(watch, deadline).await? == Woken::TimedOut {
-                owner.delete().await?;
-                return Ok(None);
-            }
+            })
+            .await?;
+        match outcome {
+            Outcome::Granted => self.grant(entry).await.map(Some),
+            Outcome::TimedOut => Ok(None),
+            Outcome::Vanished => Err(vanished(&entry.path())),
         }
     }
 
     /// Marks our node as a holder (waking the waiter behind us) and hands
     /// out the lease.
-    async fn grant(&self, owner: NodeOwner, stat: Stat) -> Result<SemaphoreLease> {
-        match retrying(|| self.client.set_data(owner.path(), HELD_MARK, None)).await {
-            Ok(_) => Ok(SemaphoreLease { owner, stat }),
-            Err(e) if e.code() == ErrorCode::NoNode => Err(vanished(owner.path())),
+    async fn grant(&self, entry: Entry) -> Result<SemaphoreLease> {
+        let path = entry.path();
+        match retrying(&self.client, || {
+            self.client.set_data(&path, HELD_MARK, None)
+        })
+        .await
+        {
+            Ok(_) => {
+                let (owner, stat) = entry.into_owner();
+                Ok(SemaphoreLease { owner, stat })
+            }
+            Err(e) if e.code() == ErrorCode::NoNode => Err(vanished(&path)),
             Err(e) => Err(e),
         }
     }

@@ -1,10 +1,17 @@
 //! Lease locks against a real server: grants, FIFO waiting, expiry at the
-//! TTL unless renewed, refusals of stale tokens, wait timeouts.
+//! TTL unless renewed, refusals of stale tokens, wait timeouts, and
+//! acquires that are idempotent per client id (a holder's re-acquire gets
+//! its grant back, a waiter's rejoins its place, a retry after a lost
+//! answer gets the same grant).
 //!
 //! Waits are on conditions with deadlines; nothing asserts how long
 //! anything took.
 
+mod common;
+
 use std::time::Duration;
+
+use common::lossy::LossyProxy;
 
 use tokio::time::timeout;
 use warden_client::{Client, ConnectOptions};
@@ -291,4 +298,190 @@ async fn a_dropped_acquire_removes_its_waiter_node() {
         .release("d", "w1", lease.fencing_token)
         .await
         .unwrap();
+}
+
+/// The children of `dir` now (none if it is missing).
+async fn children(client: &Client, dir: &str) -> Vec<String> {
+    match client.get_children(dir).await {
+        Ok((c, _)) => c,
+        Err(e) if e.code() == warden_client::ErrorCode::NoNode => Vec::new(),
+        Err(e) => panic!("get_children {dir}: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn a_holders_re_acquire_returns_its_grant_renewed() {
+    let server = Server::start();
+    let leases = LeaseLock::new(connect(&server).await, ROOT);
+    let first = leases
+        .acquire("again", "w1", TTL_LONG, Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("granted");
+    // Let the server's clock move on, so a renewal shows in the expiry.
+    let admin = connect(&server).await;
+    admin
+        .create("/probe", b"", warden_client::CreateOptions::persistent())
+        .await
+        .unwrap();
+    let granted_at = first.expires_at_ms - TTL_LONG.as_millis() as i64;
+    common::wait_for("the server's clock moves on", || async {
+        let stat = admin.set_data("/probe", b"", None).await.unwrap();
+        stat.mtime_ms > granted_at
+    })
+    .await;
+    // Another handle, another session: the client id is what counts.
+    let again = LeaseLock::new(connect(&server).await, ROOT)
+        .acquire("again", "w1", TTL_LONG, Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("the holder's re-acquire is granted");
+    assert_eq!(again.fencing_token, first.fencing_token, "the same grant");
+    assert!(again.expires_at_ms > first.expires_at_ms, "renewed");
+    let state = leases.state("again").await.unwrap().expect("held");
+    assert_eq!(state.holder, again);
+    assert_eq!(state.waiters, 0);
+    assert_eq!(children(&admin, "/leases/again").await.len(), 1);
+    // A renewal by the token keeps working, and one release frees it.
+    leases
+        .renew("again", "w1", first.fencing_token, TTL_LONG)
+        .await
+        .unwrap();
+    leases
+        .release("again", "w1", first.fencing_token)
+        .await
+        .unwrap();
+    assert_eq!(leases.state("again").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_re_acquire_with_another_ttl_is_refused() {
+    let server = Server::start();
+    let leases = LeaseLock::new(connect(&server).await, ROOT);
+    let lease = leases
+        .acquire("ttl", "w1", TTL_LONG, Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("granted");
+    let err = leases
+        .acquire("ttl", "w1", TTL_SHORT, Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::BadArguments(_)), "{err}");
+    // Nothing changed: still one node, the same holder.
+    let state = leases.state("ttl").await.unwrap().expect("held");
+    assert_eq!(state.holder.fencing_token, lease.fencing_token);
+    assert_eq!(state.waiters, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiters_re_acquire_rejoins_its_place() {
+    let server = Server::start();
+    let admin = connect(&server).await;
+    let leases = LeaseLock::new(connect(&server).await, ROOT);
+    let first = leases
+        .acquire("line", "w1", TTL_LONG, Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("granted");
+    // w2 waits through a session that then goes away mid-wait (a gateway
+    // that died): its node stays in line, nobody waiting on it.
+    let gone = connect(&server).await;
+    let w2_first = {
+        let leases = LeaseLock::new(gone.clone(), ROOT);
+        tokio::spawn(async move { leases.acquire("line", "w2", TTL_LONG, DEADLINE).await })
+    };
+    wait_for_children(&admin, "/leases/line", 2).await;
+    let w3 = {
+        let leases = leases.clone();
+        tokio::spawn(async move { leases.acquire("line", "w3", TTL_LONG, DEADLINE).await })
+    };
+    wait_for_children(&admin, "/leases/line", 3).await;
+    gone.close().await.unwrap();
+    let ended = timeout(DEADLINE, w2_first).await.unwrap().unwrap();
+    assert!(ended.is_err(), "its session closed: {ended:?}");
+    let mut line = children(&admin, "/leases/line").await;
+    assert_eq!(line.len(), 3, "w2's node is still in line: {line:?}");
+    line.sort_by_key(|n| n[n.len() - 10..].to_string());
+    let w2_node = format!("/leases/line/{}", line[1]);
+    let w2_token = admin
+        .exists(&w2_node)
+        .await
+        .unwrap()
+        .expect("w2's node")
+        .czxid;
+
+    // w2 retries: it takes up that place, before w3, adding no node.
+    let w2_again = {
+        let leases = leases.clone();
+        tokio::spawn(async move { leases.acquire("line", "w2", TTL_LONG, DEADLINE).await })
+    };
+    leases
+        .release("line", "w1", first.fencing_token)
+        .await
+        .unwrap();
+    let granted = timeout(DEADLINE, w2_again)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .expect("w2 granted in its place");
+    assert_eq!(granted.fencing_token, w2_token, "its own node's grant");
+    let state = leases.state("line").await.unwrap().expect("held");
+    assert_eq!(state.holder.client_id, "w2");
+    assert_eq!(state.waiters, 1, "w3 still waits behind");
+    assert_eq!(children(&admin, "/leases/line").await.len(), 2);
+    leases
+        .release("line", "w2", granted.fencing_token)
+        .await
+        .unwrap();
+    let third = timeout(DEADLINE, w3).await.unwrap().unwrap().unwrap();
+    assert_eq!(third.expect("w3 granted").client_id, "w3");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_a_lost_answer_gets_the_same_grant() {
+    let server = Server::start();
+    let admin = connect(&server).await;
+    let proxy = LossyProxy::start(server.addr()).await;
+    let options = ConnectOptions {
+        // Long, so that no heartbeat is the request that loses its answer.
+        session_timeout: Duration::from_secs(30),
+        ..ConnectOptions::default()
+    };
+    let leases = LeaseLock::new(Client::connect(&proxy.addr, options).await.unwrap(), ROOT);
+    // The create's answer is lost: the acquire finds its node and goes on.
+    proxy.lose_the_answer_to_the_next_request_with("/leases/lost/lease-");
+    let lease = timeout(
+        DEADLINE,
+        leases.acquire("lost", "w1", TTL_LONG, Duration::ZERO),
+    )
+    .await
+    .expect("the acquire ends")
+    .expect("the acquire survives the lost answer")
+    .expect("granted");
+    assert_eq!(proxy.cuts(), 1, "an answer was lost");
+    assert_eq!(children(&admin, "/leases/lost").await.len(), 1);
+    // The caller never saw that answer (its own connection broke, say)
+    // and retries: the same grant, still one node. Here the retry's own
+    // stamp loses its answer too, and is retried inside.
+    let node = children(&admin, "/leases/lost").await.remove(0);
+    proxy.lose_the_answer_to_the_next_request_with(&node);
+    let retry = timeout(
+        DEADLINE,
+        leases.acquire("lost", "w1", TTL_LONG, Duration::ZERO),
+    )
+    .await
+    .expect("the retry ends")
+    .expect("the retry survives the lost answer")
+    .expect("the retry is granted");
+    assert_eq!(proxy.cuts(), 2, "the retry's answer was lost too");
+    assert_eq!(retry.fencing_token, lease.fencing_token);
+    assert_eq!(children(&admin, "/leases/lost").await, vec![node]);
+    let other = LeaseLock::new(admin, ROOT);
+    assert!(other
+        .acquire("lost", "w2", TTL_LONG, Duration::ZERO)
+        .await
+        .unwrap()
+        .is_none());
 }

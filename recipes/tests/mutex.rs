@@ -2,15 +2,19 @@
 //! increasing fencing tokens, no herd effect, timeouts and cancellation
 //! that leave nothing behind, re-entrancy, and losing the lock (node
 //! deleted, holder's session closed, holder SIGKILLed, holder partitioned).
-//! Two tests put a small TCP proxy ([`LossyProxy`]) between a client and
+//! Two tests put a small TCP proxy (`common::lossy::LossyProxy`) between a client and
 //! the server, to lose one answer or to cut the client off.
 //!
 //! Every contender has its own [`Client`] (its own session), as separate
 //! processes would.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use common::lossy::LossyProxy;
 
 use tokio::time::{timeout, Instant};
 use warden_client::{Client, ConnectOptions, ErrorCode};
@@ -396,125 +400,6 @@ fn tempfile_dir() -> std::path::PathBuf {
     ));
     std::fs::create_dir_all(&dir).expect("create temp dir");
     dir
-}
-
-/// A TCP proxy between a client and the server that can lose the answer to
-/// one request: it forwards the request, swallows the server's reply and
-/// cuts the connection. That is the case protected creation is for: the
-/// create was applied, the client only sees `ConnectionLoss`.
-struct LossyProxy {
-    addr: String,
-    state: Arc<ProxyState>,
-}
-
-#[derive(Default)]
-struct ProxyState {
-    /// Set: the next client frame is forwarded, its answer swallowed.
-    arm: AtomicBool,
-    /// Set while an answer is to be swallowed.
-    swallow: AtomicBool,
-    /// Answers swallowed so far.
-    cuts: std::sync::atomic::AtomicU32,
-    /// Set: every connection is cut and new ones are refused (a partition).
-    partitioned: AtomicBool,
-}
-
-impl LossyProxy {
-    async fn start(upstream: &str) -> LossyProxy {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let state = Arc::new(ProxyState::default());
-        let upstream = upstream.to_string();
-        let shared = state.clone();
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                if shared.partitioned.load(Ordering::SeqCst) {
-                    continue; // Dropped: closed at once.
-                }
-                tokio::spawn(proxy_conn(client, upstream.clone(), shared.clone()));
-            }
-        });
-        LossyProxy { addr, state }
-    }
-
-    fn lose_the_answer_to_the_next_request(&self) {
-        self.state.arm.store(true, Ordering::SeqCst);
-    }
-
-    fn partition(&self) {
-        self.state.partitioned.store(true, Ordering::SeqCst);
-    }
-
-    fn cuts(&self) -> u32 {
-        self.state.cuts.load(Ordering::SeqCst)
-    }
-}
-
-/// One length-prefixed frame (u32 big-endian length, then the body), raw.
-async fn read_frame(r: &mut (impl tokio::io::AsyncRead + Unpin)) -> std::io::Result<Vec<u8>> {
-    use tokio::io::AsyncReadExt;
-    let mut len = [0u8; 4];
-    r.read_exact(&mut len).await?;
-    let mut frame = len.to_vec();
-    frame.resize(4 + u32::from_be_bytes(len) as usize, 0);
-    r.read_exact(&mut frame[4..]).await?;
-    Ok(frame)
-}
-
-async fn proxy_conn(client: tokio::net::TcpStream, upstream: String, state: Arc<ProxyState>) {
-    let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
-        return;
-    };
-    let (mut cr, mut cw) = client.into_split();
-    let (mut sr, mut sw) = server.into_split();
-    // Whichever side ends, both sockets close when this returns.
-    tokio::select! {
-        _ = requests(&mut cr, &mut sw, &state) => {}
-        _ = answers(&mut sr, &mut cw, &state) => {}
-        _ = partitioned(&state) => {}
-    }
-}
-
-/// Resolves once the proxy is partitioned (for as long as that takes).
-async fn partitioned(state: &ProxyState) {
-    while !state.partitioned.load(Ordering::SeqCst) {
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// Client to server; arms the swallow after forwarding an armed request.
-async fn requests(
-    from: &mut tokio::net::tcp::OwnedReadHalf,
-    to: &mut tokio::net::tcp::OwnedWriteHalf,
-    state: &ProxyState,
-) -> std::io::Result<()> {
-    use tokio::io::AsyncWriteExt;
-    loop {
-        let frame = read_frame(from).await?;
-        let armed = state.arm.swap(false, Ordering::SeqCst);
-        to.write_all(&frame).await?;
-        if armed {
-            state.swallow.store(true, Ordering::SeqCst);
-        }
-    }
-}
-
-/// Server to client; returns (cutting the connection) instead of
-/// forwarding a swallowed answer.
-async fn answers(
-    from: &mut tokio::net::tcp::OwnedReadHalf,
-    to: &mut tokio::net::tcp::OwnedWriteHalf,
-    state: &ProxyState,
-) -> std::io::Result<()> {
-    use tokio::io::AsyncWriteExt;
-    loop {
-        let frame = read_frame(from).await?;
-        if state.swallow.swap(false, Ordering::SeqCst) {
-            state.cuts.fetch_add(1, Ordering::SeqCst);
-            return Ok(());
-        }
-        to.write_all(&frame).await?;
-    }
 }
 
 /// The create's answer is lost but the create was applied: the contender

@@ -502,3 +502,134 @@ fn lock_api_survives_a_server_restart() {
     );
     assert_eq!(st, 200, "{r}");
 }
+
+/// Sends a request and returns the connection without reading the
+/// answer: dropping it later (the server done) loses the answer. (Hanging
+/// up at once would cancel the request instead.)
+fn post_unread(addr: &str, path: &str, body: Value) -> TcpStream {
+    let body = body.to_string();
+    let mut stream = TcpStream::connect(addr).expect("connect to the HTTP door");
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(req.as_bytes()).expect("send request");
+    stream
+}
+
+/// An acquire by a client id that holds the lock answers its grant; a
+/// different TTL is a 400; the lock stays one grant.
+#[test]
+fn acquire_is_idempotent_per_client_id() {
+    let server = Server::start();
+    let http = server.http_addr();
+    let body = json!({"client_id": "w1", "ttl_ms": 60000, "wait_timeout_ms": 0});
+    let (st, a) = post(http, "/api/v1/locks/idem/acquire", body.clone());
+    assert_eq!(st, 200, "{a}");
+    let token = a["fencing_token"].as_u64().expect("a token");
+    let (st, b) = post(http, "/api/v1/locks/idem/acquire", body);
+    assert_eq!(st, 200, "the holder's re-acquire is its grant: {b}");
+    assert_eq!(b["acquired"], true);
+    assert_eq!(b["fencing_token"], token);
+    assert!(
+        b["expires_at_ms"].as_i64() >= a["expires_at_ms"].as_i64(),
+        "{a} {b}"
+    );
+    // The alternative contract too.
+    let (st, c) = post(
+        http,
+        "/api/v1/locks/acquire",
+        json!({"lock_key": "idem", "client_id": "w1", "lease_time_ms": 60000}),
+    );
+    assert_eq!(st, 200, "{c}");
+    assert_eq!(c["fencing_token"], token);
+    let (st, e) = post(
+        http,
+        "/api/v1/locks/idem/acquire",
+        json!({"client_id": "w1", "ttl_ms": 1000}),
+    );
+    assert_eq!(st, 400, "{e}");
+    assert!(
+        e["error"].as_str().is_some_and(|m| m.contains("TTL")),
+        "{e}"
+    );
+    let (_, s) = get_json(http, "/api/v1/locks/idem");
+    assert_eq!(s["holder"]["fencing_token"], token);
+    assert_eq!(s["waiters"], 0);
+    let (st, r) = post(
+        http,
+        "/api/v1/locks/idem/release",
+        json!({"client_id": "w1", "fencing_token": token}),
+    );
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(get_json(http, "/api/v1/locks/idem").0, 404);
+}
+
+/// On a 3-node cluster: a grant whose answer is lost, retried through
+/// another server, is the same grant; a waiter whose request is retried
+/// through another server keeps its one place in line.
+#[test]
+fn a_retry_through_another_server_after_a_lost_answer_is_the_same_grant() {
+    let cluster = Cluster::start(3);
+    let ids = cluster.node_ids();
+    let http: Vec<String> = ids
+        .iter()
+        .map(|&i| cluster.http_addr(i).to_string())
+        .collect();
+    for h in &http {
+        wait_until(Duration::from_secs(20), "every server is healthy", || {
+            get_json(h, "/health").0 == 200
+        });
+    }
+    let acquire = |id: &str, wait_ms: u64| json!({"client_id": id, "ttl_ms": 60000, "wait_timeout_ms": wait_ms});
+
+    // w1's grant commits, its answer is lost.
+    let unread = post_unread(&http[0], "/api/v1/locks/lost/acquire", acquire("w1", 0));
+    let mut holder = Value::Null;
+    wait_until(Duration::from_secs(20), "w1's grant is committed", || {
+        holder = get_json(&http[1], "/api/v1/locks/lost").1["holder"].clone();
+        holder["client_id"] == "w1"
+    });
+    drop(unread);
+    let (st, a) = post(&http[1], "/api/v1/locks/lost/acquire", acquire("w1", 0));
+    assert_eq!(
+        st, 200,
+        "the retry is granted, not queued behind itself: {a}"
+    );
+    assert_eq!(a["fencing_token"], holder["fencing_token"]);
+    let token = a["fencing_token"].as_u64().expect("a token");
+
+    // w2 waits through one server, and retries (its client timed out)
+    // through another while the first request still waits.
+    let first = {
+        let h = http[0].clone();
+        let body = acquire("w2", 20000);
+        std::thread::spawn(move || post(&h, "/api/v1/locks/lost/acquire", body))
+    };
+    wait_until(Duration::from_secs(20), "w2 waits", || {
+        get_json(&http[2], "/api/v1/locks/lost").1["waiters"] == 1
+    });
+    let retry = {
+        let h = http[2].clone();
+        let body = acquire("w2", 20000);
+        std::thread::spawn(move || post(&h, "/api/v1/locks/lost/acquire", body))
+    };
+    let (st, r) = post(
+        &http[1],
+        "/api/v1/locks/lost/release",
+        json!({"client_id": "w1", "fencing_token": token}),
+    );
+    assert_eq!(st, 200, "{r}");
+    let (st1, b1) = first.join().expect("first request");
+    let (st2, b2) = retry.join().expect("retried request");
+    assert_eq!((st1, st2), (200, 200), "{b1} {b2}");
+    assert_eq!(
+        b1["fencing_token"], b2["fencing_token"],
+        "one place, one grant"
+    );
+    assert!(b1["fencing_token"].as_u64().expect("a token") > token);
+    let (_, s) = get_json(&http[0], "/api/v1/locks/lost");
+    assert_eq!(s["holder"]["client_id"], "w2");
+    assert_eq!(s["waiters"], 0, "w2 left no second node: {s}");
+}

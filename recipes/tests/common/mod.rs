@@ -2,6 +2,9 @@
 
 #![allow(dead_code)]
 
+pub mod late;
+pub mod lossy;
+
 use std::future::Future;
 use std::time::Duration;
 

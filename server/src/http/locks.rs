@@ -13,7 +13,12 @@
 //! authenticated as that digest identity, so ACLs apply to HTTP callers as
 //! to any client: a refusal is 403 naming the node, bad credentials 401.
 //! It checks the JSON and the bounds below and nothing else: the lock's
-//! rules are the recipe's.
+//! rules are the recipe's. In particular an acquire is idempotent per
+//! `client_id`: one that already holds the lock gets that grant back (200,
+//! the same fencing token, renewed), one that already waits takes up its
+//! place. So a caller whose acquire timed out, lost its connection or got
+//! a 503 retries it with the same `client_id`, through any server, and
+//! never ends up queued behind its own lease.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
