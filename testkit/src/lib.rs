@@ -452,6 +452,17 @@ impl Server {
         self.process.restart();
     }
 
+    /// Starts the server again on the same data directory and port; says
+    /// why (with its log) if it exits or hangs before it is ready.
+    pub fn try_restart(&mut self) -> Result<(), String> {
+        assert!(
+            self.process.child.is_none(),
+            "stop or kill the server first"
+        );
+        self.process.launch();
+        self.process.try_await_ready(Instant::now() + READY_TIMEOUT)
+    }
+
     /// The server's log so far.
     pub fn log(&self) -> String {
         self.process.log()

@@ -82,28 +82,28 @@ impl ReadyHandler for Machine {
         undelivered
     }
 
-    fn apply(&mut self, entry: &Entry) {
+    fn apply(&mut self, entry: &Entry) -> Result<(), String> {
         let zxid = entry.index;
         self.applied_bytes += entry.data.len() as u64;
         if entry.data.is_empty() {
             self.tree.skip(zxid);
-            return;
+            return Ok(());
         }
-        let proposal = match Proposal::decode(&entry.data[..]) {
-            Ok(p) => p,
-            Err(e) => {
-                // Every replica sees the same bytes and skips them alike.
-                error!(zxid, error = %e, "undecodable log entry skipped");
-                self.tree.skip(zxid);
-                return;
-            }
-        };
+        // An entry this server cannot read may be local corruption: other
+        // replicas may read it fine, so skipping it would diverge.
+        let proposal = Proposal::decode(&entry.data[..]).map_err(|e| {
+            format!(
+                "undecodable ({e}); this server's log is corrupt or from a newer version: \
+                 wipe its data dir and add it again (README: Storage faults)"
+            )
+        })?;
         let txn = proposal.txn.unwrap_or_default();
         if matches!(txn.kind, Some(Kind::MemberChange(_))) {
-            // Membership changes only through raft's conf change entries.
+            // Membership changes only through raft's conf change entries;
+            // no server proposes this.
             error!(zxid, "member change in a normal log entry skipped");
             self.tree.skip(zxid);
-            return;
+            return Ok(());
         }
         let applied = self.tree.apply(zxid, proposal.time_ms, &txn);
         self.clients.notify(&self.tree, &applied, zxid);
@@ -175,36 +175,34 @@ impl ReadyHandler for Machine {
             self.clients
                 .session_closed(cs.session_id, reason, &self.tree);
         }
+        Ok(())
     }
 
-    fn restore(&mut self, snapshot: &RaftSnapshot) {
-        match proto::Snapshot::decode(&snapshot.data[..])
+    fn restore(&mut self, snapshot: &RaftSnapshot) -> Result<(), String> {
+        let tree = proto::Snapshot::decode(&snapshot.data[..])
             .map_err(|e| e.to_string())
             .and_then(|s| DataTree::from_snapshot(&s).map_err(|e| e.to_string()))
-        {
-            Ok(tree) => {
-                info!(
-                    index = tree.applied_index(),
-                    "state machine replaced by leader snapshot"
-                );
-                self.tree = tree;
-                // The watches registered here were armed against the tree we
-                // just threw away, and the changes between it and the
-                // snapshot fired none of them. Like ZooKeeper, close every
-                // client connection: each client reconnects and its
-                // SetWatches (with the last zxid it saw) fires what it missed
-                // and re-arms the rest. Answers still owed on those
-                // connections are lost with them; the clients retry.
-                if self.clients.len() > 0 {
-                    info!(
-                        connections = self.clients.len(),
-                        "closing client connections after a leader snapshot"
-                    );
-                }
-                self.clients.drop_all("state replaced by a leader snapshot");
-            }
-            Err(e) => error!(error = %e, "leader snapshot unreadable"),
+            .map_err(|e| format!("unreadable ({e}); not installed"))?;
+        info!(
+            index = tree.applied_index(),
+            "state machine replaced by leader snapshot"
+        );
+        self.tree = tree;
+        // The watches registered here were armed against the tree we
+        // just threw away, and the changes between it and the
+        // snapshot fired none of them. Like ZooKeeper, close every
+        // client connection: each client reconnects and its
+        // SetWatches (with the last zxid it saw) fires what it missed
+        // and re-arms the rest. Answers still owed on those
+        // connections are lost with them; the clients retry.
+        if self.clients.len() > 0 {
+            info!(
+                connections = self.clients.len(),
+                "closing client connections after a leader snapshot"
+            );
         }
+        self.clients.drop_all("state replaced by a leader snapshot");
+        Ok(())
     }
 
     fn read_states(&mut self, states: Vec<ReadState>) {

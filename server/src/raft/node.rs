@@ -39,10 +39,12 @@ pub trait ReadyHandler {
     fn send(&mut self, msgs: Vec<Message>) -> Vec<Undelivered>;
     /// A committed normal entry, in log order. Entries with empty data
     /// (a new leader's first entry) are passed too, so the handler can
-    /// advance its applied index.
-    fn apply(&mut self, entry: &Entry);
-    /// A snapshot from the leader replaced the state machine.
-    fn restore(&mut self, snapshot: &Snapshot);
+    /// advance its applied index. An error (the entry cannot be read)
+    /// stops the node: applying past it would diverge silently.
+    fn apply(&mut self, entry: &Entry) -> Result<(), String>;
+    /// A snapshot from the leader is to replace the state machine. An error
+    /// (it cannot be read) stops the node before anything is stored.
+    fn restore(&mut self, snapshot: &Snapshot) -> Result<(), String>;
     /// ReadIndex answers: serve each read once `applied >= index`.
     fn read_states(&mut self, states: Vec<ReadState>);
     /// This node's role or the known leader changed.
@@ -289,11 +291,15 @@ impl RaftNode {
         }
 
         // 2. A snapshot from the leader replaces the state machine before
-        //    any entry after it is applied.
+        //    any entry after it is applied; read first, so that one that
+        //    cannot be read stops us with the old state still on disk.
         if !ready.snapshot().is_empty() {
             let snap = ready.snapshot().clone();
-            self.raw.mut_store().apply_snapshot(snap.clone())?;
-            handler.restore(&snap);
+            let index = snap.get_metadata().index;
+            handler.restore(&snap).map_err(|e| {
+                NodeError::Corrupt(format!("the leader's snapshot at index {index}: {e}"))
+            })?;
+            self.raw.mut_store().apply_snapshot(snap)?;
         }
 
         // 3. Committed entries were persisted in an earlier Ready: apply them.
@@ -373,7 +379,9 @@ impl RaftNode {
     ) -> Result<(), NodeError> {
         for entry in entries {
             match entry.get_entry_type() {
-                EntryType::EntryNormal => handler.apply(&entry),
+                EntryType::EntryNormal => handler
+                    .apply(&entry)
+                    .map_err(|e| NodeError::Corrupt(format!("log entry {}: {e}", entry.index)))?,
                 EntryType::EntryConfChange => {
                     let cc = ConfChange::parse_from_bytes(&entry.data)
                         .map_err(|e| NodeError::Corrupt(e.to_string()))?;

@@ -131,6 +131,22 @@ impl DiskStorage {
             sizes.push_back(value.len() as u32);
             log_bytes += value.len() as u64;
         }
+        // Entries are synced before the commit index that covers them is
+        // stored: fewer of them after a restart means the disk lost
+        // acknowledged writes. Going on would let this server vote and
+        // lead without them.
+        let last = base.0 + terms.len() as u64;
+        if hard_state.commit > last.max(snapshot_meta.index) {
+            return Err(corrupt(
+                "log",
+                format!(
+                    "entries up to {} were committed, but the log ends at {last}: \
+                     acknowledged writes are missing from {}",
+                    hard_state.commit,
+                    dir.display()
+                ),
+            ));
+        }
         Ok(Self {
             db,
             log,
@@ -557,5 +573,38 @@ mod tests {
         assert_eq!(s.log_bytes(), 5 * per_entry);
         assert_eq!(s.compact_log(0, 0).unwrap(), Some(19));
         assert_eq!(s.first_index().unwrap(), 19);
+    }
+
+    #[test]
+    fn a_log_missing_committed_entries_refuses_to_open() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = DiskStorage::open(dir.path()).unwrap();
+            s.bootstrap(vec![1]).unwrap();
+            s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b")]).unwrap();
+            s.set_hard_state(HardState {
+                term: 1,
+                commit: 2,
+                ..Default::default()
+            })
+            .unwrap();
+            s.sync().unwrap();
+        }
+        {
+            // The disk loses the last entry (as a dropped journal tail
+            // would), the commit index stays.
+            let db = Database::builder(dir.path()).open().unwrap();
+            let log = db
+                .keyspace("raft_log", KeyspaceCreateOptions::default)
+                .unwrap();
+            log.remove(log_key(2)).unwrap();
+            db.persist(PersistMode::SyncAll).unwrap();
+        }
+        let err = DiskStorage::open(dir.path()).err().expect("refused");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("committed") && msg.contains("ends at 1"),
+            "{msg}"
+        );
     }
 }
