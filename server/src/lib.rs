@@ -1,6 +1,6 @@
 //! The Warden server.
 //!
-//! Layers, from the wire inwards (see ARCHITECTURE.md):
+//! Layers, from the wire inwards:
 //! - [`conn`]: one task per client connection: decode frames, hand requests
 //!   to the core, write responses and pushed events back in order.
 //! - [`core`]: the one task that owns the Raft node, the [`tree::DataTree`],
