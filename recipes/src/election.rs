@@ -98,13 +98,7 @@ impl LeaderElection {
                 &mut entry,
                 Wait::Forever,
                 WaitOptions::default(),
-                |_, index| match index {
-                    0 => Turn::Granted,
-                    i => Turn::WaitOn {
-                        index: i - 1,
-                        or_modified: false,
-                    },
-                },
+                Turn::first_holds,
             )
             .await?;
         match outcome {

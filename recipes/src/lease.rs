@@ -162,13 +162,7 @@ impl LeaseLock {
                 woken: None,
             };
             let outcome = queue
-                .wait_turn(&mut entry, wait, options, |_, index| match index {
-                    0 => Turn::Granted,
-                    i => Turn::WaitOn {
-                        index: i - 1,
-                        or_modified: false,
-                    },
-                })
+                .wait_turn(&mut entry, wait, options, Turn::first_holds)
                 .await?;
             match outcome {
                 Outcome::Granted => {

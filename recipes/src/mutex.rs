@@ -368,13 +368,7 @@ impl Mutex {
             ..WaitOptions::default()
         };
         match queue
-            .wait_turn(&mut entry, wait, options, |_, index| match index {
-                0 => Turn::Granted,
-                i => Turn::WaitOn {
-                    index: i - 1,
-                    or_modified: false,
-                },
-            })
+            .wait_turn(&mut entry, wait, options, Turn::first_holds)
             .await?
         {
             Outcome::Granted => {}

@@ -354,6 +354,20 @@ pub(crate) enum Turn {
     WaitChildren,
 }
 
+impl Turn {
+    /// An exclusive FIFO queue's rule: the lowest member holds; each other
+    /// waits for the one just before it.
+    pub(crate) fn first_holds(_members: &[Member], index: usize) -> Turn {
+        match index {
+            0 => Turn::Granted,
+            i => Turn::WaitOn {
+                index: i - 1,
+                or_modified: false,
+            },
+        }
+    }
+}
+
 /// How long a join may wait for its turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wait {

@@ -89,40 +89,64 @@ fn kazoo_suite_against_one_server() {
     assert!(stdout.contains("passed"), "{stdout}");
 }
 
-#[tokio::test]
-async fn kazoo_recipes_survive_a_leader_kill_on_three_nodes() {
-    let venv = venv();
-    let mut cluster = Cluster::start(3);
-    let mut child = Command::new(venv.join("bin/python"))
-        .arg(zk_dir().join("cluster_run.py"))
-        .env("WARDEN_ZK_HOSTS", cluster.zk_servers())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run cluster_run.py");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let first = lines.next().and_then(Result::ok).unwrap_or_default();
-    assert_eq!(first, "ready", "cluster_run.py did not start");
-
+/// The leader, as the cluster reports it.
+async fn leader_of(cluster: &Cluster) -> usize {
     let admin = warden_client::Client::connect(&cluster.servers(), Default::default())
         .await
         .unwrap();
     let leader = admin.cluster_status().await.unwrap().leader_id as usize;
     assert_ne!(leader, 0);
-    drop(admin);
-    cluster.kill9(leader);
-    writeln!(child.stdin.as_mut().expect("stdin"), "killed").unwrap();
+    leader
+}
 
+/// Runs the kazoo script `script` against `hosts`: once it prints
+/// `ready`, kills node `victim`, tells the script `killed`, and returns
+/// the script's last line, which must start with `ok` (else the test
+/// fails with the script's output and node `log_of`'s log).
+fn run_through_a_kill(
+    cluster: &mut Cluster,
+    script: &str,
+    hosts: &str,
+    victim: usize,
+    log_of: usize,
+) -> String {
+    let mut child = Command::new(venv().join("bin/python"))
+        .arg(zk_dir().join(script))
+        .env("WARDEN_ZK_HOSTS", hosts)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("run {script}: {e}"));
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first = lines.next().and_then(Result::ok).unwrap_or_default();
+    assert_eq!(first, "ready", "{script} did not start");
+    cluster.kill9(victim);
+    writeln!(child.stdin.as_mut().expect("stdin"), "killed").unwrap();
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let status = child.wait().unwrap();
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(
         status.success() && rest.last().is_some_and(|l| l.starts_with("ok")),
-        "cluster_run.py failed ({status}):\n{}\n{stderr}",
-        rest.join("\n")
+        "{script} failed ({status}):\n{}\n{stderr}\nnode {log_of} log:\n{}",
+        rest.join("\n"),
+        cluster.log(log_of)
     );
+    rest.last().cloned().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn kazoo_recipes_survive_a_leader_kill_on_three_nodes() {
+    let mut cluster = Cluster::start(3);
+    let leader = leader_of(&cluster).await;
+    let hosts = cluster.zk_servers();
+    let survivor = cluster
+        .node_ids()
+        .into_iter()
+        .find(|&i| i != leader)
+        .unwrap();
+    run_through_a_kill(&mut cluster, "cluster_run.py", &hosts, leader, survivor);
 }
 
 /// A ZooKeeper client on a follower writes through a leader kill without
@@ -131,44 +155,17 @@ async fn kazoo_recipes_survive_a_leader_kill_on_three_nodes() {
 /// what may have died with the old one, applying it once).
 #[tokio::test]
 async fn zookeeper_writes_on_a_follower_go_through_a_leader_kill() {
-    let venv = venv();
     let mut cluster = Cluster::start(3);
-    let admin = warden_client::Client::connect(&cluster.servers(), Default::default())
-        .await
-        .unwrap();
-    let leader = admin.cluster_status().await.unwrap().leader_id as usize;
-    assert_ne!(leader, 0);
-    drop(admin);
+    let leader = leader_of(&cluster).await;
     let follower = cluster
         .node_ids()
         .into_iter()
         .find(|&i| i != leader)
         .unwrap();
-    let mut child = Command::new(venv.join("bin/python"))
-        .arg(zk_dir().join("failover_run.py"))
-        .env("WARDEN_ZK_HOSTS", cluster.zk_addr(follower))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run failover_run.py");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let first = lines.next().and_then(Result::ok).unwrap_or_default();
-    assert_eq!(first, "ready", "failover_run.py did not start");
-    cluster.kill9(leader);
-    writeln!(child.stdin.as_mut().expect("stdin"), "killed").unwrap();
-    let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    let status = child.wait().unwrap();
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
-    assert!(
-        status.success() && rest.last().is_some_and(|l| l.starts_with("ok")),
-        "failover_run.py failed ({status}):\n{}\n{stderr}\nfollower log:\n{}",
-        rest.join("\n"),
-        cluster.log(follower)
-    );
+    let hosts = cluster.zk_addr(follower).to_string();
+    let last = run_through_a_kill(&mut cluster, "failover_run.py", &hosts, leader, follower);
     // The figure, for whoever reads the test output (not asserted).
-    println!("{}", rest.last().unwrap());
+    println!("{last}");
 }
 
 #[test]

@@ -77,6 +77,19 @@ impl Log {
         }
     }
 
+    /// A create of `path` tagged with session `session_id` and `xid`, as a
+    /// client write is; its result.
+    fn tagged_create(&mut self, session_id: u64, xid: u64, path: &str) -> TxnResult {
+        self.zxid += 1;
+        let txn = Txn {
+            kind: Some(Kind::Create(create(path))),
+            session_id,
+            xid,
+            ..Default::default()
+        };
+        self.tree.apply(self.zxid, 1_000, &txn).result
+    }
+
     fn session(&mut self, id: u64) {
         let r = self.step(Kind::CreateSession(CreateSessionTxn {
             session_id: id,
@@ -1436,16 +1449,7 @@ fn same_log_same_tree() {
 fn a_write_older_than_the_sessions_latest_is_stale_and_changes_nothing() {
     let mut log = Log::new();
     log.session(9);
-    let tagged = |log: &mut Log, xid: u64, path: &str| {
-        log.zxid += 1;
-        let txn = Txn {
-            kind: Some(Kind::Create(create(path))),
-            session_id: 9,
-            xid,
-            ..Default::default()
-        };
-        log.tree.apply(log.zxid, 1_000, &txn).result
-    };
+    let tagged = |log: &mut Log, xid: u64, path: &str| log.tagged_create(9, xid, path);
     assert!(matches!(
         tagged(&mut log, 5, "/five"),
         TxnResult::Create(Ok(_))
@@ -1512,16 +1516,7 @@ fn server_made_xids_are_applied_once_and_never_stale() {
     use crate::tree::SERVER_XID_BIT;
     let mut log = Log::new();
     log.session(9);
-    let tagged = |log: &mut Log, xid: u64, path: &str| {
-        log.zxid += 1;
-        let txn = Txn {
-            kind: Some(Kind::Create(create(path))),
-            session_id: 9,
-            xid,
-            ..Default::default()
-        };
-        log.tree.apply(log.zxid, 1_000, &txn).result
-    };
+    let tagged = |log: &mut Log, xid: u64, path: &str| log.tagged_create(9, xid, path);
     // A client xid 5, then server-made ones in any order.
     assert!(matches!(
         tagged(&mut log, 5, "/c"),
