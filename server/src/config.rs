@@ -74,6 +74,9 @@ pub struct ServeArgs {
     /// the snapshot.
     #[arg(long, default_value_t = 256 * 1024 * 1024)]
     pub max_log_bytes: u64,
+    /// Tests of clock skew only: add this to this server's wall clock.
+    #[arg(long, default_value_t = 0, hide = true, allow_negative_numbers = true)]
+    pub clock_offset_ms: i64,
     /// This server's certificate chain (PEM). With --tls-key, the client,
     /// ZooKeeper and HTTP ports speak TLS only.
     #[arg(long, value_name = "FILE", env = "WARDEN_TLS_CERT")]
@@ -163,6 +166,7 @@ pub struct Config {
     pub snapshot_entries: u64,
     pub snapshot_bytes: u64,
     pub max_log_bytes: u64,
+    pub clock_offset_ms: i64,
     /// TLS for the doors and the peer links; `None`: plaintext everywhere.
     pub tls: Option<crate::tls::Tls>,
     pub limits: Limits,
@@ -277,6 +281,7 @@ impl ServeArgs {
             snapshot_entries: self.snapshot_entries,
             snapshot_bytes: self.snapshot_bytes.max(1),
             max_log_bytes: self.max_log_bytes,
+            clock_offset_ms: self.clock_offset_ms,
             tls,
             limits,
             auth,

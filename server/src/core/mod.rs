@@ -253,6 +253,7 @@ impl Core {
         for (id, addr) in tree.members() {
             transport.add_peer(*id, addr);
         }
+        proposals::set_clock_offset_ms(cfg.clock_offset_ms);
         let clients = Clients::new(cfg.limits, op_metrics.clone());
         Ok(Self {
             raft,
@@ -512,7 +513,12 @@ impl Core {
                             "raft message with another sender or recipient; dropped"
                         );
                     }
-                    Ok(msg) => {
+                    Ok(mut msg) => {
+                        if self.m.role == StateRole::Leader
+                            && msg.get_msg_type() == raft::eraftpb::MessageType::MsgPropose
+                        {
+                            proposals::restamp(msg.mut_entries(), proposals::now_ms());
+                        }
                         if let Err(e) = self.raft.step(msg) {
                             debug!(from = frame.from, error = %e, "raft message refused");
                         }

@@ -10,6 +10,7 @@
 //! a leader change (those whose second apply changes nothing).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prost::Message as _;
@@ -225,12 +226,39 @@ impl Proposals {
     }
 }
 
+/// Added to this server's wall clock: a test-only knob
+/// (`--clock-offset-ms`) that makes one server's clock wrong on purpose.
+static CLOCK_OFFSET_MS: AtomicI64 = AtomicI64::new(0);
+
+/// Sets this process's clock offset (tests of clock skew only).
+pub fn set_clock_offset_ms(offset: i64) {
+    CLOCK_OFFSET_MS.store(offset, Ordering::Relaxed);
+}
+
 /// Wall clock, milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+        + CLOCK_OFFSET_MS.load(Ordering::Relaxed)
+}
+
+/// The leader's stamp on the proposals a follower forwarded: node times
+/// (ctime, mtime, and so when a TTL node expires) come from the leader's
+/// clock only, whichever server took the write, as in ZooKeeper. Entries
+/// that are no proposal are left as they are.
+pub fn restamp(entries: &mut [raft::eraftpb::Entry], now_ms: i64) {
+    for entry in entries {
+        if entry.get_entry_type() != raft::eraftpb::EntryType::EntryNormal || entry.data.is_empty()
+        {
+            continue;
+        }
+        if let Ok(mut proposal) = Proposal::decode(&entry.data[..]) {
+            proposal.time_ms = now_ms;
+            entry.data = proposal.encode_to_vec().into();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -310,6 +338,32 @@ mod tests {
         assert_eq!(p.conf_changes_due(t0 + CONF_CHANGE_RETRY), vec![change]);
         assert!(p.conf_changes_due(t0 + CONF_CHANGE_RETRY).is_empty());
         assert_eq!(p.complete(5), Some(Waiter::Request { conn: 9 }));
+    }
+
+    #[test]
+    fn restamp_changes_the_time_only() {
+        let mut p = Proposals::new();
+        let mut entries = vec![
+            raft::eraftpb::Entry {
+                data: p.encode(3, 42, Txn::default()).into(),
+                ..Default::default()
+            },
+            raft::eraftpb::Entry {
+                data: vec![0xff; 4].into(),
+                ..Default::default()
+            },
+        ];
+        restamp(&mut entries, 1234);
+        let decoded = Proposal::decode(&entries[0].data[..]).unwrap();
+        assert_eq!(
+            (decoded.origin_node, decoded.request_id, decoded.time_ms),
+            (3, 42, 1234)
+        );
+        assert_eq!(
+            &entries[1].data[..],
+            &[0xff; 4],
+            "not a proposal: untouched"
+        );
     }
 
     #[test]
