@@ -305,7 +305,7 @@ fn event_acl<'t>(tree: &'t DataTree, applied: &'t Applied, trigger: &Trigger) ->
             .iter()
             .rev()
             .find(|(p, _)| *p == trigger.path)
-            .map(|(_, acl)| acl.as_slice())
+            .map(|(_, acl)| &**acl)
     };
     match trigger.event {
         EventType::NodeDeleted => deleted(),

@@ -42,6 +42,7 @@
 //! [`DataTree::from_snapshot`] rebuilds them.
 
 pub mod acl;
+mod acl_table;
 mod invariants;
 mod node;
 mod snapshot;
@@ -62,6 +63,7 @@ use warden_protocol::pb::{Acl, Stat};
 
 use crate::proto::{GuardedDeleteTxn, MemberChangeTxn};
 
+pub use acl_table::SharedAcl;
 pub use node::{Node, SessionInfo, SERVER_XID_BIT};
 pub use snapshot::SnapshotError;
 pub use txn::{Applied, MultiOutcome, OpOutcome, TreeError, Trigger, TxnResult};
@@ -77,8 +79,10 @@ pub const ROOT: &str = "/";
 pub struct DataTree {
     /// Every node by full path. A `HashMap` is fine here: nothing iterates
     /// it in an order that matters (snapshots sort, listings use the
-    /// parent's sorted child set).
-    nodes: HashMap<String, Node>,
+    /// parent's sorted child set). Nodes are boxed: the table's buckets (a
+    /// power of two of them, up to half empty) then hold a pointer each,
+    /// not a whole node.
+    nodes: HashMap<String, Box<Node>>,
     /// Live sessions by id, sorted so that iteration is deterministic.
     sessions: BTreeMap<u64, SessionInfo>,
     /// Session id -> paths of its ephemeral nodes. A session without
@@ -92,6 +96,8 @@ pub struct DataTree {
     applied_index: u64,
     /// Peer addresses of members added through conf changes, by id.
     members: BTreeMap<u64, String>,
+    /// One copy of each distinct ACL, shared by the nodes that have it.
+    acls: acl_table::AclTable,
 }
 
 impl Default for DataTree {
@@ -104,7 +110,7 @@ impl Default for DataTree {
 // a failing property test's diff readable.
 impl fmt::Debug for DataTree {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let nodes: BTreeMap<&String, &Node> = self.nodes.iter().collect();
+        let nodes: BTreeMap<&String, &Node> = self.nodes.iter().map(|(p, n)| (p, &**n)).collect();
         f.debug_struct("DataTree")
             .field("applied_index", &self.applied_index)
             .field("nodes", &nodes)
@@ -121,7 +127,7 @@ impl DataTree {
     /// open ACL.
     pub fn new() -> Self {
         let mut nodes = HashMap::new();
-        nodes.insert(ROOT.to_string(), Node::root());
+        nodes.insert(ROOT.to_string(), Box::new(Node::root()));
         DataTree {
             nodes,
             sessions: BTreeMap::new(),
@@ -130,6 +136,7 @@ impl DataTree {
             ttls: BTreeSet::new(),
             applied_index: 0,
             members: BTreeMap::new(),
+            acls: Default::default(),
         }
     }
 
@@ -157,7 +164,7 @@ impl DataTree {
 
     /// The node at `path`, for callers that need more than one field.
     pub fn node(&self, path: &str) -> Option<&Node> {
-        self.nodes.get(path)
+        self.nodes.get(path).map(|n| &**n)
     }
 
     pub fn get_data(&self, path: &str) -> Option<(&[u8], Stat)> {
@@ -165,7 +172,7 @@ impl DataTree {
     }
 
     pub fn stat(&self, path: &str) -> Option<Stat> {
-        self.nodes.get(path).map(Node::stat)
+        self.nodes.get(path).map(|n| n.stat())
     }
 
     /// Child names (not paths), sorted, and the parent's stat.
@@ -177,11 +184,11 @@ impl DataTree {
 
     /// The ACL of `path`, borrowed (for permission checks).
     pub fn node_acl(&self, path: &str) -> Option<&[Acl]> {
-        self.nodes.get(path).map(|n| n.acl.as_slice())
+        self.nodes.get(path).map(|n| &*n.acl)
     }
 
     pub fn acl(&self, path: &str) -> Option<(Vec<Acl>, Stat)> {
-        self.nodes.get(path).map(|n| (n.acl.clone(), n.stat()))
+        self.nodes.get(path).map(|n| (n.acl.to_vec(), n.stat()))
     }
 
     pub fn session(&self, id: u64) -> Option<&SessionInfo> {
@@ -275,7 +282,7 @@ impl DataTree {
             None => debug_assert!(false, "{path}: inserted without a parent"),
         }
         self.index_insert(&path, &node);
-        let previous = self.nodes.insert(path, node);
+        let previous = self.nodes.insert(path, Box::new(node));
         debug_assert!(previous.is_none(), "inserted over an existing node");
     }
 
@@ -290,7 +297,7 @@ impl DataTree {
             debug_assert!(was_child, "{path}: not a child of its parent");
         }
         self.index_remove(path, &node);
-        Some(node)
+        Some(*node)
     }
 
     fn index_insert(&mut self, path: &str, node: &Node) {

@@ -18,7 +18,7 @@ use warden_protocol::pb::{Acl, Stat};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Node {
     pub(super) data: Vec<u8>,
-    pub(super) acl: Vec<Acl>,
+    pub(super) acl: super::SharedAcl,
     pub(super) czxid: u64,
     pub(super) mzxid: u64,
     pub(super) pzxid: u64,
@@ -43,7 +43,7 @@ impl Node {
     pub(super) fn root() -> Node {
         Node {
             data: Vec::new(),
-            acl: warden_protocol::open_acl(),
+            acl: warden_protocol::open_acl().into(),
             czxid: 0,
             mzxid: 0,
             pzxid: 0,
@@ -64,7 +64,7 @@ impl Node {
     pub(super) fn from_stat(
         stat: &Stat,
         data: Vec<u8>,
-        acl: Vec<Acl>,
+        acl: super::SharedAcl,
         container: bool,
         ttl_ms: u64,
     ) -> Node {

@@ -73,7 +73,7 @@ impl DataTree {
             .map(|(p, n)| SnapshotNode {
                 path: p.clone(),
                 data: n.data.clone(),
-                acl: n.acl.clone(),
+                acl: n.acl.to_vec(),
                 stat: Some(n.stat()),
                 container: n.container,
                 ttl_ms: n.ttl_ms,
@@ -152,6 +152,7 @@ impl DataTree {
                 .iter()
                 .map(|m| (m.id, m.addr.clone()))
                 .collect(),
+            acls: Default::default(),
         };
 
         let mut stored = snap.nodes.iter();
@@ -165,7 +166,7 @@ impl DataTree {
         if root_node.ephemeral_owner != 0 || root_node.container || root_node.ttl_ms > 0 {
             return Err(SnapshotError::BadRoot);
         }
-        tree.nodes.insert(ROOT.to_string(), root_node);
+        tree.nodes.insert(ROOT.to_string(), Box::new(root_node));
 
         for sn in stored {
             let p = sn.path.as_str();
@@ -218,7 +219,7 @@ impl DataTree {
 
     /// One stored node, checked on its own (its links are checked by the
     /// caller). Needs the session table, already loaded, for ephemerals.
-    fn node_from_snapshot(&self, sn: &SnapshotNode) -> Result<Node, SnapshotError> {
+    fn node_from_snapshot(&mut self, sn: &SnapshotNode) -> Result<Node, SnapshotError> {
         let p = || sn.path.clone();
         let stat = sn
             .stat
@@ -251,7 +252,7 @@ impl DataTree {
         Ok(Node::from_stat(
             &stat,
             sn.data.clone(),
-            sn.acl.clone(),
+            self.acls.intern(&sn.acl),
             sn.container,
             sn.ttl_ms,
         ))

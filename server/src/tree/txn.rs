@@ -69,7 +69,7 @@ pub struct Applied {
     pub triggers: Vec<Trigger>,
     /// The ACL each deleted node had (path, ACL), in order: who may hear of
     /// a deletion through a recursive watch is judged by it.
-    pub deleted_acls: Vec<(String, Vec<Acl>)>,
+    pub deleted_acls: Vec<(String, super::SharedAcl)>,
     /// For a client write tagged with its session and xid: the wire answer
     /// it gets, recorded in the session (replicated state: a retry of the
     /// xid gets the same answer, on whichever server it lands). A retry
@@ -155,7 +155,7 @@ enum Undo {
     /// `path`'s ACL was replaced.
     Acl {
         path: String,
-        acl: Vec<Acl>,
+        acl: super::SharedAcl,
         aversion: i32,
     },
 }
@@ -454,13 +454,14 @@ impl DataTree {
         }
 
         self.bump_child_counters(ctx, parent_path);
+        let acl = if t.acl.is_empty() {
+            self.acls.intern(&warden_protocol::open_acl())
+        } else {
+            self.acls.intern(&t.acl)
+        };
         let node = Node {
             data: t.data.clone(),
-            acl: if t.acl.is_empty() {
-                warden_protocol::open_acl()
-            } else {
-                t.acl.clone()
-            },
+            acl,
             czxid: ctx.zxid,
             mzxid: ctx.zxid,
             pzxid: ctx.zxid,
@@ -548,13 +549,14 @@ impl DataTree {
         if t.acl.is_empty() {
             return Err(TreeError::new(ErrorCode::InvalidAcl, p));
         }
+        let new_acl = self.acls.intern(&t.acl);
         let Some(node) = self.nodes.get_mut(p) else {
             return Err(TreeError::new(ErrorCode::NoNode, p));
         };
         ctx.authorize(&node.acl, perms::ADMIN, p)?;
         check_version(t.aversion, node.aversion, ErrorCode::BadVersion, p)?;
 
-        let old_acl = std::mem::replace(&mut node.acl, t.acl.clone());
+        let old_acl = std::mem::replace(&mut node.acl, new_acl);
         ctx.undo.push(Undo::Acl {
             path: p.to_string(),
             acl: old_acl,
