@@ -168,6 +168,60 @@ impl WatchRegistry {
         removed
     }
 
+    /// Whether `conn` holds a persistent or persistent-recursive watch.
+    pub fn has_persistent(&self, conn: ConnId) -> bool {
+        self.by_conn.get(&conn).is_some_and(|set| {
+            set.iter()
+                .any(|(k, _)| matches!(k, WatchKind::Persistent | WatchKind::PersistentRecursive))
+        })
+    }
+
+    /// The state machine jumped from `old` to `new` (a leader's snapshot
+    /// was installed) without the entries in between firing anything.
+    /// Fires, and removes, every one-shot watch whose node changed between
+    /// the two, as the next change would have: created, deleted, data
+    /// changed (its mzxid moved) or children changed (its pzxid moved).
+    /// Persistent watches cannot be caught up this way (they would have
+    /// heard of every change); their connections are the caller's to close.
+    pub fn catch_up(&mut self, old: &DataTree, new: &DataTree) -> Vec<(ConnId, EventType, String)> {
+        let mut fired = Vec::new();
+        let data_paths: Vec<String> = self
+            .by_path
+            .get(&WatchKind::Data)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        for path in data_paths {
+            let event = match (old.stat(&path), new.stat(&path)) {
+                (None, Some(_)) => EventType::NodeCreated,
+                (Some(_), None) => EventType::NodeDeleted,
+                (Some(a), Some(b)) if a.mzxid != b.mzxid => EventType::NodeDataChanged,
+                _ => continue,
+            };
+            let mut conns = BTreeSet::new();
+            self.take_oneshot(WatchKind::Data, &path, &mut conns);
+            fired.extend(conns.into_iter().map(|c| (c, event, path.clone())));
+        }
+        let child_paths: Vec<String> = self
+            .by_path
+            .get(&WatchKind::Child)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        for path in child_paths {
+            let event = match (old.stat(&path), new.stat(&path)) {
+                (Some(_), None) => EventType::NodeDeleted,
+                (Some(a), Some(b)) if a.pzxid != b.pzxid => EventType::NodeChildrenChanged,
+                // A child watch is set on an existing node only.
+                (None, Some(_)) => EventType::NodeChildrenChanged,
+                _ => continue,
+            };
+            let mut conns = BTreeSet::new();
+            self.take_oneshot(WatchKind::Child, &path, &mut conns);
+            fired.extend(conns.into_iter().map(|c| (c, event, path.clone())));
+        }
+        fired.sort_by(|a, b| (a.0, &a.2).cmp(&(b.0, &b.2)));
+        fired
+    }
+
     /// Forgets every watch of a closed connection.
     pub fn remove_conn(&mut self, conn: ConnId) {
         let Some(set) = self.by_conn.remove(&conn) else {
@@ -445,5 +499,66 @@ mod tests {
             .unwrap();
         let heard = r.recipients(&tree, &applied, t, ids);
         assert_eq!(heard.into_iter().collect::<Vec<_>>(), vec![1, 3]);
+    }
+
+    #[test]
+    fn one_shot_watches_catch_up_across_a_jump_of_the_tree() {
+        use crate::proto::{txn::Kind, CreateTxn, DeleteTxn, SetDataTxn, Txn};
+        let txn = |kind| Txn {
+            kind: Some(kind),
+            ..Default::default()
+        };
+        let create = |p: &str| {
+            txn(Kind::Create(CreateTxn {
+                path: p.into(),
+                ..Default::default()
+            }))
+        };
+        let mut old = DataTree::new();
+        old.apply(1, 0, &create("/a"));
+        old.apply(2, 0, &create("/b"));
+        old.apply(3, 0, &create("/same"));
+        let mut new = old.clone();
+        new.apply(
+            4,
+            0,
+            &txn(Kind::SetData(SetDataTxn {
+                path: "/a".into(),
+                data: b"x".to_vec(),
+                version: None,
+            })),
+        );
+        new.apply(
+            5,
+            0,
+            &txn(Kind::Delete(DeleteTxn {
+                path: "/b".into(),
+                version: None,
+            })),
+        );
+        new.apply(6, 0, &create("/c"));
+        new.apply(7, 0, &create("/a/kid"));
+        let mut r = WatchRegistry::default();
+        r.add(1, WatchKind::Data, "/a");
+        r.add(1, WatchKind::Child, "/a");
+        r.add(2, WatchKind::Data, "/b");
+        r.add(2, WatchKind::Data, "/c");
+        r.add(3, WatchKind::Data, "/same");
+        r.add(4, WatchKind::Persistent, "/a");
+        assert!(r.has_persistent(4) && !r.has_persistent(1));
+        let fired = r.catch_up(&old, &new);
+        assert_eq!(
+            fired,
+            vec![
+                (1, EventType::NodeDataChanged, "/a".to_string()),
+                (1, EventType::NodeChildrenChanged, "/a".to_string()),
+                (2, EventType::NodeDeleted, "/b".to_string()),
+                (2, EventType::NodeCreated, "/c".to_string()),
+            ]
+        );
+        // Fired one-shots are gone; the unchanged one stays.
+        assert!(r.contains(3, WatchKind::Data, "/same"));
+        assert!(!r.contains(1, WatchKind::Data, "/a"));
+        assert!(r.catch_up(&old, &new).is_empty());
     }
 }

@@ -128,3 +128,81 @@ async fn a_follower_behind_many_snapshots_catches_up_from_the_log() {
         cluster.log(f)
     );
 }
+
+/// A follower that does install a snapshot (the log goes with every
+/// snapshot here) keeps its clients' connections: a one-shot watch whose
+/// node changed in what the snapshot skipped fires, the client is never
+/// disconnected, and its session goes on on the same server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_install_keeps_connections_and_fires_skipped_watches() {
+    let cluster = Cluster::start_with(
+        3,
+        ServerOptions {
+            snapshot_entries: Some(20),
+            extra_args: vec!["--max-log-bytes".into(), "0".into()],
+            ..ServerOptions::default()
+        },
+    );
+    let l = leader(&cluster).await;
+    let f = if l == 3 { 2 } else { 3 };
+    let writer = Client::connect(cluster.addr(l), opts()).await.unwrap();
+    for p in ["/w", "/z"] {
+        writer
+            .create(p, b"0", CreateOptions::default())
+            .await
+            .unwrap();
+    }
+    let watcher = Client::connect(cluster.addr(f), opts()).await.unwrap();
+    watcher.sync("/").await.unwrap();
+    let (_, _, fired) = watcher.get_data_watch("/z").await.unwrap();
+    let mut states = watcher.session_events();
+    states.borrow_and_update();
+
+    // First more than raft keeps in flight to one follower (16 appends of
+    // at most 64 KiB), which the paused follower may find in its socket
+    // buffer; then the change to /z, which it can only learn from the
+    // leader's snapshot; then enough for a snapshot past it.
+    let pid = cluster.pid(f).expect("running");
+    signal(pid, libc::SIGSTOP);
+    let filler = "x".repeat(4096);
+    for _ in 0..400 {
+        writer
+            .set_data("/w", filler.as_bytes(), None)
+            .await
+            .unwrap();
+    }
+    let changed = writer.set_data("/z", b"changed", None).await.unwrap();
+    for _ in 0..40 {
+        writer.set_data("/w", b"after", None).await.unwrap();
+    }
+    signal(pid, libc::SIGCONT);
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cluster
+        .log(f)
+        .contains("state machine replaced by leader snapshot")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "node {f} caught up without a snapshot; log:\n{}",
+            cluster.log(f)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let event = tokio::time::timeout(Duration::from_secs(30), fired)
+        .await
+        .expect("the skipped change fired the watch")
+        .expect("a watch event");
+    assert_eq!(event.path, "/z");
+    assert_eq!(event.event_type, warden_client::EventType::NodeDataChanged);
+    assert!(event.zxid >= changed.mzxid);
+    // Read on the same connection: the new state, no disconnect between.
+    let (data, _) = watcher.get_data("/z").await.unwrap();
+    assert_eq!(data, b"changed");
+    assert!(
+        !states.has_changed().unwrap(),
+        "the client saw {:?}; node {f} log:\n{}",
+        *states.borrow(),
+        cluster.log(f)
+    );
+}

@@ -17,7 +17,7 @@ use tracing::{debug, error, info};
 use warden_protocol::pb::{self, ErrorCode};
 
 use super::frames;
-use super::proposals::Waiter;
+use super::proposals::{Settled, Waiter};
 use super::Machine;
 use crate::proto::{self, peer_frame, txn::Kind, CloseReason, PeerFrame, Proposal, Txn};
 use crate::raft::{ReadyHandler, Undelivered};
@@ -187,21 +187,36 @@ impl ReadyHandler for Machine {
             index = tree.applied_index(),
             "state machine replaced by leader snapshot"
         );
-        self.tree = tree;
-        // The watches registered here were armed against the tree we
-        // just threw away, and the changes between it and the
-        // snapshot fired none of them. Like ZooKeeper, close every
-        // client connection: each client reconnects and its
-        // SetWatches (with the last zxid it saw) fires what it missed
-        // and re-arms the rest. Answers still owed on those
-        // connections are lost with them; the clients retry.
-        if self.clients.len() > 0 {
-            info!(
-                connections = self.clients.len(),
-                "closing client connections after a leader snapshot"
-            );
+        let old = std::mem::replace(&mut self.tree, tree);
+        self.clients.after_snapshot(&old, &self.tree);
+        // Writes of this server whose entries the snapshot holds: answered
+        // from what the tree recorded for them.
+        for (request_id, waiter, answer) in self.proposals.settled_in(&self.tree) {
+            match (waiter, answer) {
+                (Waiter::Connect { conn, timeout_ms }, Settled::Session(id, password)) => {
+                    self.clients.session_created(
+                        conn,
+                        pb::ConnectResponse {
+                            error: ErrorCode::Ok as i32,
+                            message: String::new(),
+                            session_id: id,
+                            password,
+                            timeout_ms,
+                            zxid: self.tree.applied_index(),
+                            server_id: self.node_id,
+                        },
+                    );
+                }
+                (Waiter::Request { conn }, Settled::Answer(response)) => {
+                    let frame = frames::of_response(response);
+                    self.clients
+                        .complete_write(conn, request_id, &self.tree, |xid| {
+                            frames::with_xid(frame, xid)
+                        });
+                }
+                _ => {}
+            }
         }
-        self.clients.drop_all("state replaced by a leader snapshot");
         Ok(())
     }
 

@@ -280,14 +280,6 @@ impl Clients {
         self.read_waiters.retain(|_, (c, _)| *c != conn);
     }
 
-    /// Drops every connection (`why` is logged for each).
-    pub fn drop_all(&mut self, why: &str) {
-        let conns: Vec<ConnId> = self.conns.keys().copied().collect();
-        for conn in conns {
-            self.drop_conn(conn, why);
-        }
-    }
-
     /// Sends every answer at the head of `conn`'s queue that is ready,
     /// serving reads from `tree` as they reach the head.
     pub fn flush(&mut self, conn: ConnId, tree: &DataTree) {
@@ -502,6 +494,63 @@ impl Clients {
                 }
             }
             self.flush(conn, tree);
+        }
+    }
+
+    /// The tree jumped from `old` to `new` (a leader's snapshot was
+    /// installed). Connections stay where they can, as if the skipped
+    /// entries had applied: one-shot watches whose nodes changed fire now,
+    /// a session the snapshot closed is told it expired, and reads waiting
+    /// in order are served from the new tree. A connection with a
+    /// persistent watch is closed (it would have heard of every skipped
+    /// change, which cannot be replayed): its client reconnects and
+    /// re-reads.
+    pub fn after_snapshot(&mut self, old: &DataTree, new: &DataTree) {
+        let conns: Vec<ConnId> = self.conns.keys().copied().collect();
+        let mut closed = 0;
+        for &conn in &conns {
+            let Some(c) = self.conns.get(&conn) else {
+                continue;
+            };
+            match c.session {
+                Some(s) if new.session(s).is_none() => {
+                    self.push(
+                        conn,
+                        frames::session_event(SessionState::Expired, "session expired"),
+                    );
+                    self.drop_conn(conn, "session expired (found in a leader snapshot)");
+                    closed += 1;
+                }
+                _ if self.watches.has_persistent(conn) => {
+                    self.drop_conn(
+                        conn,
+                        "a leader snapshot skipped changes its persistent watches would have heard of",
+                    );
+                    closed += 1;
+                }
+                _ => {}
+            }
+        }
+        if closed > 0 {
+            info!(
+                closed,
+                kept = self.conns.len(),
+                "client connections closed after a leader snapshot"
+            );
+        }
+        let zxid = new.applied_index();
+        for (conn, event, path) in self.watches.catch_up(old, new) {
+            self.push(
+                conn,
+                frames::event(pb::WatchEvent {
+                    r#type: event as i32,
+                    path,
+                    zxid,
+                }),
+            );
+        }
+        for conn in conns {
+            self.flush(conn, new);
         }
     }
 

@@ -381,6 +381,8 @@ impl Core {
                 took_ms = started.elapsed().as_millis() as u64,
                 "snapshot taken"
             );
+            // What the snapshot now covers may go at once.
+            self.compaction_due = true;
         }
         if member_added {
             // A new member starts empty and must be initialized from this

@@ -49,6 +49,15 @@ struct Waiting {
     handed: bool,
 }
 
+/// What the tree says of a proposal whose entry a snapshot held.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Settled {
+    /// A CreateSession: the session (id, password).
+    Session(u64, Vec<u8>),
+    /// A client write: the answer the tree recorded for it.
+    Answer(warden_protocol::pb::Response),
+}
+
 /// A waiter raft did not settle in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Expired {
@@ -208,6 +217,41 @@ impl Proposals {
             }
         }
         due
+    }
+
+    /// After a leader snapshot replaced the tree: the waiters whose entries
+    /// it holds, settled and forgotten here, with what the tree says of
+    /// them (a session it has, the answer it recorded for a write). The
+    /// others wait on: their entries come after the snapshot.
+    pub fn settled_in(&mut self, tree: &crate::tree::DataTree) -> Vec<(u64, Waiter, Settled)> {
+        let mut settled = Vec::new();
+        for (id, w) in &self.waiting {
+            let Some(txn) = w
+                .again
+                .as_ref()
+                .and_then(|p| Proposal::decode(&p[..]).ok())
+                .and_then(|p| p.txn)
+            else {
+                continue;
+            };
+            let found = match (&w.waiter, &txn.kind) {
+                (Waiter::Connect { .. }, Some(crate::proto::txn::Kind::CreateSession(cs))) => tree
+                    .session(cs.session_id)
+                    .map(|s| Settled::Session(cs.session_id, s.password.clone())),
+                (Waiter::Request { .. }, _) => tree
+                    .recorded_answer(txn.session_id, txn.xid)
+                    .map(Settled::Answer),
+                _ => None,
+            };
+            if let Some(found) = found {
+                settled.push((*id, w.waiter, found));
+            }
+        }
+        settled.sort_by_key(|(id, _, _)| *id);
+        for (id, _, _) in &settled {
+            self.waiting.remove(id);
+        }
+        settled
     }
 
     /// After a leader change: the proposals that may be made again (their

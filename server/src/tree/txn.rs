@@ -312,6 +312,13 @@ impl DataTree {
         Some(answer)
     }
 
+    /// The answer the session's write `xid` got, if it is one of the
+    /// session's recent writes (what a retry of it is answered).
+    pub fn recorded_answer(&self, session_id: u64, xid: u64) -> Option<pb::Response> {
+        self.recent_result(session_id, xid)
+            .and_then(|r| pb::Response::decode(&r[..]).ok())
+    }
+
     /// The answer a session's write `xid` already got, if it is one of the
     /// session's recent writes.
     fn recent_result(&self, session_id: u64, xid: u64) -> Option<Vec<u8>> {
