@@ -9,7 +9,8 @@
 //! the round's acquire, renew or release reuses it, as the API asks of a
 //! caller after a timeout, a dropped connection or a 503: an acquire by a
 //! client id that holds the lease answers that grant again, one that waits
-//! takes up its place. A retry goes to the next server. Every HTTP request
+//! takes up its place. Workers have home servers round-robin, where each
+//! round starts; a retry goes to the next server. Every HTTP request
 //! is one operation: `ok` (a 200), `fail` (an answer saying it did not
 //! happen: a 409, a 400, or a connection refused before anything was sent)
 //! or `info` (a 503, a 5xx, a timeout or a connection that closed without
@@ -198,6 +199,9 @@ impl Worker {
         while !self.past_deadline() {
             self.round += 1;
             let client_id = format!("w{}-r{}", self.worker, self.round);
+            // Every round starts at the worker's home server, so that the
+            // clients stay spread over all of them (retries move on).
+            self.server = self.worker % self.ctx.http_servers.len();
             let Some(token) = self.acquire(&client_id).await else {
                 break;
             };
