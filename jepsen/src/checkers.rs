@@ -1,4 +1,4 @@
-//! Checkers for the lock, sequential, ephemeral and watch workloads. Each
+//! Checkers for the lock, lease, sequential, ephemeral and watch workloads. Each
 //! takes what the workload recorded and returns the anomalies it found
 //! (empty = valid). They are pure functions over recorded data, so the
 //! selftest can feed them histories with planted anomalies.
@@ -163,6 +163,175 @@ pub fn check_liveness(
             }
             last = g;
         }
+    }
+    out
+}
+
+// ---------------------------------------------------------------- lease
+
+/// One grant of a lease lock (the HTTP lease API), as the lease workload
+/// recorded it. A grant is one client id's hold of one fencing token; the
+/// acquires that answered it (a retry after a lost answer answers the same
+/// grant again) and its renewals confirm it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseGrant {
+    pub client_id: String,
+    pub token: u64,
+    /// The earliest the server can have made the grant: the invocation of
+    /// the client id's first acquire (a lost attempt may be the one
+    /// granted, and a retry only hands that grant over).
+    pub earliest_ns: u64,
+    /// When the client learned it held the lease (the first `ok` acquire's
+    /// completion): the latest the grant can have been made.
+    pub granted_ns: u64,
+    /// When the client stopped using it (its release's invocation, or the
+    /// end of the history).
+    pub released_ns: u64,
+    /// Invocations of the acquires and renewals that succeeded with this
+    /// grant. Each one's write stamped the lease at or after its
+    /// invocation, so the lease cannot lapse before the latest of them
+    /// plus the TTL.
+    pub confirmed_ns: Vec<u64>,
+    /// The lease's TTL.
+    pub ttl_ns: u64,
+}
+
+impl LeaseGrant {
+    /// The latest invocation of a successful acquire or renewal.
+    pub fn last_confirmed_ns(&self) -> u64 {
+        self.confirmed_ns
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(self.earliest_ns)
+    }
+}
+
+/// What [`check_lease`] finds; grants are indices into its input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseAnomaly {
+    /// Two grants (two client ids, or one client id twice) got one token.
+    DuplicateToken { token: u64, a: usize, b: usize },
+    /// `earlier` was granted (its client knew it) before `later` can have
+    /// been, yet `later`'s token is lower.
+    TokenOrder { earlier: usize, later: usize },
+    /// Two holds overlap in real time, and the later grant came less than
+    /// the TTL after the earlier holder's last successful acquire or
+    /// renewal: its lease cannot have lapsed.
+    Overlap {
+        earlier: usize,
+        later: usize,
+        /// From the earlier holder's last confirmation to the later grant's
+        /// latest possible time (negative: the earlier holder renewed after
+        /// the later grant).
+        since_confirmed_ns: i128,
+    },
+    /// Two holds overlap, but the later grant came at least the TTL after
+    /// the earlier holder's last confirmation: its lease may have lapsed
+    /// (reported apart, as a note: the fence is what protects then).
+    OverlapAfterExpiry {
+        earlier: usize,
+        later: usize,
+        since_confirmed_ns: i128,
+    },
+    /// The fenced resource accepted a token lower than one it had
+    /// accepted (positions in its own order).
+    FenceWentBack {
+        accepted_before: u64,
+        accepted_now: u64,
+        position: usize,
+    },
+}
+
+/// Checks lease grants and the tokens the fenced resource accepted (in its
+/// own order):
+/// - tokens unique;
+/// - tokens increasing in grant order over *every* pair: whenever grant
+///   `a` was known to its client before grant `b` can have been made
+///   (`a.granted_ns < b.earliest_ns`), `a.token < b.token`;
+/// - no two holds overlap in real time, unless the later grant came at
+///   least the earlier lease's TTL after its holder's last successful
+///   acquire or renewal (then a note);
+/// - the fence never accepted a lower token after a higher one.
+pub fn check_lease(grants: &[LeaseGrant], fence_accepted: &[u64]) -> Vec<LeaseAnomaly> {
+    let mut out = Vec::new();
+    let mut by_token: BTreeMap<u64, usize> = BTreeMap::new();
+    for (i, g) in grants.iter().enumerate() {
+        if let Some(&first) = by_token.get(&g.token) {
+            out.push(LeaseAnomaly::DuplicateToken {
+                token: g.token,
+                a: first,
+                b: i,
+            });
+        } else {
+            by_token.insert(g.token, i);
+        }
+    }
+
+    // Every pair, by prefix maxima: for each grant, the highest token of
+    // the grants known before it can have been made.
+    let mut by_known: Vec<usize> = (0..grants.len()).collect();
+    by_known.sort_by_key(|&i| (grants[i].granted_ns, grants[i].token));
+    let mut prefix_max: Vec<usize> = Vec::with_capacity(by_known.len());
+    for &i in &by_known {
+        let best = match prefix_max.last() {
+            Some(&m) if grants[m].token >= grants[i].token => m,
+            _ => i,
+        };
+        prefix_max.push(best);
+    }
+    for (later, g) in grants.iter().enumerate() {
+        let n = by_known.partition_point(|&i| grants[i].granted_ns < g.earliest_ns);
+        if n == 0 {
+            continue;
+        }
+        let earlier = prefix_max[n - 1];
+        // Equal tokens are reported as duplicates.
+        if grants[earlier].token > g.token {
+            out.push(LeaseAnomaly::TokenOrder { earlier, later });
+        }
+    }
+
+    // Overlapping holds, each pair once, the earlier hold first.
+    let mut by_start: Vec<usize> = (0..grants.len()).collect();
+    by_start.sort_by_key(|&i| (grants[i].granted_ns, grants[i].token));
+    for (k, &a) in by_start.iter().enumerate() {
+        for &b in &by_start[k + 1..] {
+            if grants[b].granted_ns >= grants[a].released_ns {
+                break;
+            }
+            if grants[b].released_ns <= grants[b].granted_ns {
+                // An empty hold (released at once) overlaps nothing.
+                continue;
+            }
+            let since =
+                i128::from(grants[b].granted_ns) - i128::from(grants[a].last_confirmed_ns());
+            if since >= i128::from(grants[a].ttl_ns) {
+                out.push(LeaseAnomaly::OverlapAfterExpiry {
+                    earlier: a,
+                    later: b,
+                    since_confirmed_ns: since,
+                });
+            } else {
+                out.push(LeaseAnomaly::Overlap {
+                    earlier: a,
+                    later: b,
+                    since_confirmed_ns: since,
+                });
+            }
+        }
+    }
+
+    let mut highest = 0;
+    for (position, &t) in fence_accepted.iter().enumerate() {
+        if t < highest {
+            out.push(LeaseAnomaly::FenceWentBack {
+                accepted_before: highest,
+                accepted_now: t,
+                position,
+            });
+        }
+        highest = highest.max(t);
     }
     out
 }
@@ -765,6 +934,117 @@ mod tests {
             vec![LockAnomaly::FenceWentBack {
                 accepted_before: 9,
                 accepted_now: 7
+            }]
+        );
+    }
+
+    const SEC: u64 = 1_000_000_000;
+
+    /// A grant of `token` to `client`, asked for at `from`, known at
+    /// `from + 1`, released at `to` (seconds), confirmed when asked, TTL 3 s.
+    fn lease(client: &str, token: u64, from: u64, to: u64) -> LeaseGrant {
+        LeaseGrant {
+            client_id: client.into(),
+            token,
+            earliest_ns: from * SEC,
+            granted_ns: from * SEC + 1,
+            released_ns: to * SEC,
+            confirmed_ns: vec![from * SEC],
+            ttl_ns: 3 * SEC,
+        }
+    }
+
+    #[test]
+    fn clean_lease_history_is_valid() {
+        let g = vec![
+            lease("a", 10, 0, 1),
+            lease("b", 12, 1, 2),
+            lease("c", 15, 2, 3),
+        ];
+        assert_eq!(check_lease(&g, &[10, 12, 12, 15]), vec![]);
+        // Unordered grants (the later asked before the earlier was known)
+        // may have any token order.
+        let mut slow = lease("d", 11, 0, 0);
+        slow.granted_ns = 5 * SEC;
+        slow.released_ns = 6 * SEC;
+        assert_eq!(check_lease(&[lease("a", 12, 1, 2), slow], &[]), vec![]);
+    }
+
+    #[test]
+    fn lease_tokens_are_checked_over_every_pair() {
+        // a (known at 1 s) before c (asked at 2 s), but b asked before
+        // either was known: a-b and b-c are unordered, a-c is not, and
+        // only a-c is out of order. Adjacent pairs alone would miss it.
+        let a = lease("a", 50, 1, 1);
+        let mut b = lease("b", 60, 0, 3);
+        b.granted_ns = 3 * SEC;
+        let mut c = lease("c", 40, 2, 5);
+        c.granted_ns = 4 * SEC;
+        assert_eq!(
+            check_lease(&[a, b, c], &[]),
+            vec![LeaseAnomaly::TokenOrder {
+                earlier: 0,
+                later: 2
+            }]
+        );
+        let dup = [lease("a", 10, 0, 1), lease("b", 10, 1, 2)];
+        assert_eq!(
+            check_lease(&dup, &[]),
+            vec![LeaseAnomaly::DuplicateToken {
+                token: 10,
+                a: 0,
+                b: 1
+            }]
+        );
+    }
+
+    #[test]
+    fn lease_overlap_is_excused_only_a_full_ttl_after_the_last_confirmation() {
+        // a holds from 0 s to 10 s; b is granted at 3 s + 1 ns: exactly the
+        // TTL after a's acquire was invoked (granted_ns is from + 1 ns).
+        let a = lease("a", 10, 0, 10);
+        let mut b = lease("b", 12, 3, 11);
+        b.granted_ns = 3 * SEC;
+        assert!(matches!(
+            check_lease(&[a.clone(), b.clone()], &[])[..],
+            [LeaseAnomaly::OverlapAfterExpiry {
+                earlier: 0,
+                later: 1,
+                ..
+            }]
+        ));
+        // One nanosecond sooner, the lease cannot have lapsed.
+        let mut early = b.clone();
+        early.granted_ns -= 1;
+        assert!(matches!(
+            check_lease(&[a.clone(), early], &[])[..],
+            [LeaseAnomaly::Overlap {
+                since_confirmed_ns: 2_999_999_999,
+                ..
+            }]
+        ));
+        // A renewal at 1 s moves the lapse to 4 s.
+        let mut renewed = a.clone();
+        renewed.confirmed_ns.push(SEC);
+        assert!(matches!(
+            check_lease(&[renewed.clone(), b.clone()], &[])[..],
+            [LeaseAnomaly::Overlap { .. }]
+        ));
+        // A renewal that succeeded after the other grant: never excused.
+        renewed.confirmed_ns.push(5 * SEC);
+        assert!(matches!(
+            check_lease(&[renewed, b], &[])[..],
+            [LeaseAnomaly::Overlap {
+                since_confirmed_ns: -2_000_000_000,
+                ..
+            }]
+        ));
+        assert_eq!(
+            check_lease(&[], &[5, 9, 9, 7]),
+            vec![LeaseAnomaly::FenceWentBack {
+                accepted_before: 9,
+                accepted_now: 7,
+                position: 3
             }]
         );
     }

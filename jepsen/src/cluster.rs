@@ -48,9 +48,13 @@ pub struct Node {
     /// The node's own ports (only proxies connect to these).
     pub client_port: u16,
     pub peer_port: u16,
+    /// The node's HTTP port (`--http-listen`: lease locks over REST).
+    pub http_port: u16,
     /// What clients and peers connect to.
     pub client_proxy: SocketAddr,
     pub peer_proxy: SocketAddr,
+    /// What HTTP clients connect to (a client link, like `client_proxy`).
+    pub http_proxy: SocketAddr,
     child: Option<Child>,
     paused: bool,
     /// Started with `--join` (re-added by the membership nemesis); every
@@ -89,11 +93,12 @@ impl Cluster {
         std::fs::create_dir_all(&opts.dir)?;
         let net = Net::new();
         let mut nodes = Vec::new();
-        let ports = free_ports(opts.nodes * 2);
+        let ports = free_ports(opts.nodes * 3);
         for i in 0..opts.nodes {
             let id = i as u64 + 1;
-            let client_port = ports[2 * i];
-            let peer_port = ports[2 * i + 1];
+            let client_port = ports[3 * i];
+            let peer_port = ports[3 * i + 1];
+            let http_port = ports[3 * i + 2];
             let any: SocketAddr = "127.0.0.1:0".parse().expect("literal address");
             let client_proxy = net
                 .listen(id, false, ([127, 0, 0, 1], client_port).into(), any)
@@ -101,14 +106,19 @@ impl Cluster {
             let peer_proxy = net
                 .listen(id, true, ([127, 0, 0, 1], peer_port).into(), any)
                 .await?;
+            let http_proxy = net
+                .listen(id, false, ([127, 0, 0, 1], http_port).into(), any)
+                .await?;
             nodes.push(Node {
                 id,
                 data_dir: opts.dir.join(format!("node-{id}")),
                 log_path: opts.dir.join(format!("node-{id}.log")),
                 client_port,
                 peer_port,
+                http_port,
                 client_proxy,
                 peer_proxy,
+                http_proxy,
                 child: None,
                 paused: false,
                 joined: false,
@@ -142,6 +152,14 @@ impl Cluster {
         self.nodes
             .iter()
             .map(|n| n.client_proxy.to_string())
+            .collect()
+    }
+
+    /// HTTP addresses (through the proxies), node 1 first.
+    pub fn http_addrs(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| n.http_proxy.to_string())
             .collect()
     }
 
@@ -187,7 +205,7 @@ impl Cluster {
             .arg("--zk-listen")
             .arg("off")
             .arg("--http-listen")
-            .arg("127.0.0.1:0")
+            .arg(format!("127.0.0.1:{}", node.http_port))
             .arg("--peers")
             .arg(&peers)
             .arg("--tick-ms")

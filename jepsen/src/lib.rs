@@ -8,6 +8,7 @@ pub mod checkers;
 pub mod clock;
 pub mod cluster;
 pub mod history;
+pub mod http;
 pub mod linearizable;
 pub mod nemesis;
 pub mod proxy;

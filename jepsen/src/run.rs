@@ -19,6 +19,7 @@ use crate::workloads;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
     Lock,
+    Lease,
     Register,
     Sequential,
     Ephemeral,
@@ -26,8 +27,9 @@ pub enum Workload {
 }
 
 impl Workload {
-    pub const ALL: [Workload; 5] = [
+    pub const ALL: [Workload; 6] = [
         Workload::Lock,
+        Workload::Lease,
         Workload::Register,
         Workload::Sequential,
         Workload::Ephemeral,
@@ -37,6 +39,7 @@ impl Workload {
     pub fn name(self) -> &'static str {
         match self {
             Workload::Lock => "lock",
+            Workload::Lease => "lease",
             Workload::Register => "register",
             Workload::Sequential => "sequential",
             Workload::Ephemeral => "ephemeral",
@@ -50,6 +53,7 @@ impl Workload {
         match self {
             Workload::Lock if unsafe_client => workloads::lock::run_unsafe(ctx).await,
             Workload::Lock => workloads::lock::run(ctx).await,
+            Workload::Lease => workloads::lease::run(ctx).await,
             Workload::Register => workloads::register::run(ctx).await,
             Workload::Sequential => workloads::sequential::run(ctx).await,
             Workload::Ephemeral => workloads::ephemeral::run(ctx).await,
@@ -60,6 +64,7 @@ impl Workload {
     pub fn check(self, events: &[Event], ctx: &CheckCtx) -> CheckResult {
         match self {
             Workload::Lock => workloads::lock::check(events, ctx),
+            Workload::Lease => workloads::lease::check(events, ctx),
             Workload::Register => workloads::register::check(events, ctx),
             Workload::Sequential => workloads::sequential::check(events, ctx),
             Workload::Ephemeral => workloads::ephemeral::check(events, ctx),
@@ -70,6 +75,7 @@ impl Workload {
     pub fn planted_anomalies(self) -> Vec<(&'static str, Vec<Event>)> {
         match self {
             Workload::Lock => workloads::lock::planted_anomalies(),
+            Workload::Lease => workloads::lease::planted_anomalies(),
             Workload::Register => workloads::register::planted_anomalies(),
             Workload::Sequential => workloads::sequential::planted_anomalies(),
             Workload::Ephemeral => workloads::ephemeral::planted_anomalies(),
@@ -203,12 +209,14 @@ pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
     .await
     .map_err(|e| format!("cannot start the cluster: {e}"))?;
     let servers = cluster.client_addrs();
+    let http_servers = cluster.http_addrs();
     let cluster = Arc::new(tokio::sync::Mutex::new(cluster));
 
     let history = History::new();
     let deadline = Instant::now() + opts.time_limit;
     let ctx = RunCtx {
         servers,
+        http_servers,
         history: history.clone(),
         seed: opts.seed,
         concurrency: opts.concurrency,

@@ -22,6 +22,9 @@ pub struct RunCtx {
     /// node 1 first. A client should list all of them, its "home" node
     /// first, e.g. via [`RunCtx::servers_for`].
     pub servers: Vec<String>,
+    /// HTTP addresses of the nodes (`--http-listen`, through the
+    /// harness's proxies), node 1 first.
+    pub http_servers: Vec<String>,
     pub history: History,
     /// The run's seed; derive every random choice from it.
     pub seed: u64,

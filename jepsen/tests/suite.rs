@@ -104,6 +104,11 @@ fn lock_under_kill_and_partition() {
 }
 
 #[test]
+fn lease_under_kill_and_partition() {
+    short_run("lease");
+}
+
+#[test]
 fn register_under_kill_and_partition() {
     short_run("register");
 }

@@ -129,7 +129,7 @@ async fn run_mode(ctx: &RunCtx, mode: Mode) -> Result<(), String> {
 /// `fenced`), and numbers the writes it accepts, so that the checker sees
 /// them in the resource's own order rather than the history's.
 #[derive(Debug)]
-struct Fence {
+pub(crate) struct Fence {
     fenced: bool,
     state: std::sync::Mutex<FenceState>,
 }
@@ -141,7 +141,7 @@ struct FenceState {
 }
 
 impl Fence {
-    fn new(fenced: bool) -> Fence {
+    pub(crate) fn new(fenced: bool) -> Fence {
         Fence {
             fenced,
             state: std::sync::Mutex::default(),
@@ -150,7 +150,7 @@ impl Fence {
 
     /// `Ok(seq)`: accepted as the resource's `seq`th write; `Err(highest)`:
     /// refused, `highest` having been accepted before.
-    fn write(&self, token: u64) -> Result<u64, u64> {
+    pub(crate) fn write(&self, token: u64) -> Result<u64, u64> {
         // Plain data behind the lock: a panic elsewhere leaves it usable.
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if self.fenced && token < state.highest {
@@ -756,7 +756,7 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
 /// Keeps the first [`REPORTED_PER_KIND_MAX`] anomalies of each kind (a
 /// broken lock overlaps thousands of times; the first few tell the story)
 /// and counts them all.
-fn keep_first_per_kind(all: Vec<Anomaly>) -> (Vec<Anomaly>, BTreeMap<String, usize>) {
+pub(crate) fn keep_first_per_kind(all: Vec<Anomaly>) -> (Vec<Anomaly>, BTreeMap<String, usize>) {
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     let mut kept = Vec::new();
     for a in all {

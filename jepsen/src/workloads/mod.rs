@@ -2,6 +2,7 @@
 //! and a `check` that judges it (see [`crate::workload`]).
 
 pub mod ephemeral;
+pub mod lease;
 pub mod lock;
 pub mod register;
 pub mod sequential;
