@@ -212,6 +212,11 @@ failover() { # system hosts pid
     --warmup-seconds "$warmup" --kill-after-seconds 3 --seconds 13 --kill-pid "$3" --json >> "$results" \
     || say "$1 failover failed"
 }
+warm_up() { # system hosts: an untimed pass first (the JVM's JIT, caches)
+  say "$1: warm-up pass (set, 16 clients, 5 s, not reported)"
+  "$bin/warden-zkbench" --servers "$2" --label "$1" --workload set --clients 16 \
+    --seconds 5 --warmup-seconds 0 > /dev/null || say "$1 warm-up pass failed"
+}
 native() { # workload clients
   say "warden native: $1 ($2 clients)"
   "$bin/wardenctl" --servers "$w_hosts" --json bench --workload "$1" --clients "$2" \
@@ -222,11 +227,13 @@ native() { # workload clients
 
 zk_write_config
 zk_start
+warm_up zookeeper "$zk_hosts"
 for r in "${rows[@]}"; do set -- $r; zkbench zookeeper "$zk_hosts" "$1" "$2"; done
 failover zookeeper "$zk_hosts" "$(zk_leader_pid)"
 zk_stop
 
 warden_start
+warm_up warden "$w_zk_hosts"
 for r in "${rows[@]}"; do set -- $r; zkbench warden "$w_zk_hosts" "$1" "$2"; done
 for r in "write 16" "write 64" "read 16" "create-delete 16" "lock 16" "lock 64" "lock 1" "lock-contended 16"; do
   set -- $r; native "$1" "$2"

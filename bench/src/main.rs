@@ -191,9 +191,12 @@ fn new_histogram() -> Histogram<u64> {
 
 /// The name of an error in the counts: the client's error, or `timeout`.
 fn kind(e: &zk::Error) -> String {
+    if let zk::Error::Custom(_) = e {
+        // The client's own errors: their message says what happened.
+        return format!("Custom: {e}");
+    }
     let s = format!("{e:?}");
-    // `UnexpectedErrorCode(-7)` stays whole; `Custom(..)` and the like keep
-    // only the variant.
+    // `UnexpectedErrorCode(-7)` stays whole; others keep only the variant.
     match s.find(['(', ' ', '{']) {
         Some(i) if !s.starts_with("UnexpectedErrorCode") => s[..i].to_string(),
         _ => s,
