@@ -66,8 +66,11 @@ results="$work/results.jsonl"
 : > "$results"
 started_pids=()
 warden_pid=""
+# Kills pid $1 only if it is still the process we started (its command line
+# holds $2): a pid file or list can outlive its process.
+kill_ours() { grep -qa -- "$2" "/proc/$1/cmdline" 2>/dev/null && kill -9 "$1" 2>/dev/null || true; }
 cleanup() {
-  for p in "${started_pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${started_pids[@]}"; do kill_ours "$p" QuorumPeerMain; done
   if [ -n "$warden_pid" ]; then
     kill -TERM "$warden_pid" 2>/dev/null || true
     for _ in $(seq 1 150); do kill -0 "$warden_pid" 2>/dev/null || break; sleep 0.1; done
@@ -75,7 +78,7 @@ cleanup() {
   fi
   # Nodes of a local-cluster that could not stop them.
   for f in "$work"/warden/node-*.pid; do
-    [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
+    [ -f "$f" ] && kill_ours "$(cat "$f")" "warden"
   done
   if [ "$keep" = 1 ]; then say "work dir kept: $work"; else rm -rf "$work"; fi
 }
@@ -144,13 +147,18 @@ zk_start() {
   exit 1
 }
 zk_stop() {
-  for i in 1 2 3; do kill -TERM "$(cat "$work/zk/$i/pid")" 2>/dev/null || true; done
+  local p
+  for i in 1 2 3; do
+    p=$(cat "$work/zk/$i/pid")
+    grep -qa QuorumPeerMain "/proc/$p/cmdline" 2>/dev/null && kill -TERM "$p" 2>/dev/null || true
+  done
   for i in 1 2 3; do
     local p; p=$(cat "$work/zk/$i/pid")
     for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$p" 2>/dev/null || true
+    kill_ours "$p" QuorumPeerMain
     wait "$p" 2>/dev/null || true
   done
+  started_pids=()
 }
 zk_leader_pid() {
   for i in 1 2 3; do
