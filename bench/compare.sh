@@ -66,10 +66,23 @@ results="$work/results.jsonl"
 : > "$results"
 started_pids=()
 warden_pid=""
+child=""
+# Runs a command in the background and waits for it, so that a signal to
+# this script is handled at once (bash defers traps until a foreground
+# child exits); cleanup stops the child.
+run_child() {
+  "$@" &
+  child=$!
+  local rc=0
+  wait "$child" || rc=$?
+  child=""
+  return "$rc"
+}
 # Kills pid $1 only if it is still the process we started (its command line
 # holds $2): a pid file or list can outlive its process.
 kill_ours() { grep -qa -- "$2" "/proc/$1/cmdline" 2>/dev/null && kill -9 "$1" 2>/dev/null || true; }
 cleanup() {
+  [ -n "$child" ] && kill_ours "$child" warden
   for p in "${started_pids[@]}"; do kill_ours "$p" QuorumPeerMain; done
   if [ -n "$warden_pid" ]; then
     kill -TERM "$warden_pid" 2>/dev/null || true
@@ -210,19 +223,19 @@ for line in sys.stdin:
 rows=("set 16" "set 64" "get 16" "create-delete 16" "lock 16" "lock 64" "lock 1" "handoff 16")
 zkbench() { # system hosts workload clients
   say "$1: $3 ($4 clients)"
-  "$bin/warden-zkbench" --servers "$2" --label "$1" --workload "$3" --clients "$4" \
+  run_child "$bin/warden-zkbench" --servers "$2" --label "$1" --workload "$3" --clients "$4" \
     --seconds "$seconds" --warmup-seconds "$warmup" --json >> "$results" \
     || { say "$1 $3 $4 failed"; echo "{\"system\":\"$1\",\"workload\":\"$3\",\"clients\":$4,\"failed\":true}" >> "$results"; }
 }
 failover() { # system hosts pid
   say "$1: failover, kill -9 $3"
-  "$bin/warden-zkbench" --servers "$2" --label "$1" --workload failover --clients 4 \
+  run_child "$bin/warden-zkbench" --servers "$2" --label "$1" --workload failover --clients 4 \
     --warmup-seconds "$warmup" --kill-after-seconds 3 --seconds 13 --kill-pid "$3" --json >> "$results" \
     || say "$1 failover failed"
 }
 warm_up() { # system hosts: an untimed pass first (the JVM's JIT, caches)
   say "$1: warm-up pass (set, 16 clients, 5 s, not reported)"
-  "$bin/warden-zkbench" --servers "$2" --label "$1" --workload set --clients 16 \
+  run_child "$bin/warden-zkbench" --servers "$2" --label "$1" --workload set --clients 16 \
     --seconds 5 --warmup-seconds 0 > /dev/null || say "$1 warm-up pass failed"
 }
 native() { # workload clients
@@ -256,7 +269,7 @@ if [ "$memory" = 1 ]; then
   zk_write_config
   zk_start
   say "zookeeper: populate $znodes znodes"
-  "$bin/warden-zkbench" --servers "$zk_hosts" --label zookeeper --workload populate \
+  run_child "$bin/warden-zkbench" --servers "$zk_hosts" --label zookeeper --workload populate \
     --znodes "$znodes" --value-size 32 --clients 16 --json >> "$results"
   zk_stop
   zk_start
@@ -277,7 +290,7 @@ PY
   rm -rf "$work/warden"
   warden_start
   say "warden: populate $znodes znodes"
-  "$bin/warden-zkbench" --servers "$w_zk_hosts" --label warden --workload populate \
+  run_child "$bin/warden-zkbench" --servers "$w_zk_hosts" --label warden --workload populate \
     --znodes "$znodes" --value-size 32 --clients 16 --json >> "$results"
   warden_stop
   warden_start
