@@ -715,22 +715,14 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
     faults.dedup();
     let bound = liveness_bound(ctx.session_timeout);
     let granted_at: Vec<u64> = plain.iter().map(|g| g.acquired_ns).collect();
-    for w in check_liveness(&granted_at, &faults, from, to, bound.as_nanos() as u64) {
-        anomalies.push(Anomaly {
-            kind: "no-grant-while-healthy".into(),
-            message: format!(
-                "no grant for {:.1} s without a fault (bound {:.1} s)",
-                (w.end - w.start) as f64 / 1e9,
-                bound.as_secs_f64()
-            ),
-            ops: acquires
-                .iter()
-                .filter(|o| o.invoke.time >= w.start && o.invoke.time <= w.end)
-                .map(|o| o.invoke.index)
-                .collect(),
-            detail: json!({ "start_ns": w.start, "end_ns": w.end, "bound_ns": bound.as_nanos() as u64 }),
-        });
-    }
+    anomalies.extend(no_grant_anomalies(
+        &granted_at,
+        &faults,
+        (from, to),
+        bound,
+        &acquires,
+        "without a fault",
+    ));
 
     let count = |f: &str, kind: Kind| {
         ops.iter()
@@ -948,6 +940,38 @@ impl Planted {
         }
         self.events
     }
+}
+
+/// A `no-grant-while-healthy` anomaly for every stretch of `bound` or more
+/// within `span` with no grant (`granted_at`) and no fault in force
+/// (`faults`, see [`check_liveness`]), with the acquires invoked in it;
+/// `healthy` says what the stretch was ("without a fault").
+pub(crate) fn no_grant_anomalies(
+    granted_at: &[u64],
+    faults: &[(u64, Option<u64>)],
+    (from, to): (u64, u64),
+    bound: Duration,
+    acquires: &[&Op],
+    healthy: &str,
+) -> Vec<Anomaly> {
+    let bound_ns = bound.as_nanos() as u64;
+    check_liveness(granted_at, faults, from, to, bound_ns)
+        .into_iter()
+        .map(|w| Anomaly {
+            kind: "no-grant-while-healthy".into(),
+            message: format!(
+                "no grant for {:.1} s {healthy} (bound {:.1} s)",
+                (w.end - w.start) as f64 / 1e9,
+                bound.as_secs_f64()
+            ),
+            ops: acquires
+                .iter()
+                .filter(|o| o.invoke.time >= w.start && o.invoke.time <= w.end)
+                .map(|o| o.invoke.index)
+                .collect(),
+            detail: json!({ "start_ns": w.start, "end_ns": w.end, "bound_ns": bound_ns }),
+        })
+        .collect()
 }
 
 #[cfg(test)]

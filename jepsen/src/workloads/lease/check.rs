@@ -265,22 +265,14 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
     faults.dedup();
     let bound = liveness_bound(ttl_max);
     let granted_at: Vec<u64> = plain.iter().map(|g| g.granted_ns).collect();
-    for w in check_liveness(&granted_at, &faults, from, to, bound.as_nanos() as u64) {
-        anomalies.push(Anomaly {
-            kind: "no-grant-while-healthy".into(),
-            message: format!(
-                "no grant for {:.1} s with a majority of nodes up and connected (bound {:.1} s)",
-                (w.end - w.start) as f64 / 1e9,
-                bound.as_secs_f64()
-            ),
-            ops: acquires
-                .iter()
-                .filter(|o| o.invoke.time >= w.start && o.invoke.time <= w.end)
-                .map(|o| o.invoke.index)
-                .collect(),
-            detail: json!({ "start_ns": w.start, "end_ns": w.end, "bound_ns": bound.as_nanos() as u64 }),
-        });
-    }
+    anomalies.extend(no_grant_anomalies(
+        &granted_at,
+        &faults,
+        (from, to),
+        bound,
+        &acquires,
+        "with a majority of nodes up and connected",
+    ));
 
     let count = |f: &str, kind: Kind| {
         ops.iter()
