@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use prost::Message as _;
 use raft::eraftpb::{
-    ConfChange, ConfChangeType, ConfState, Entry, Message as RaftMessage, Snapshot as RaftSnapshot,
+    ConfChange, ConfChangeType, ConfState, Entry, Message as RaftMessage, MessageType,
+    Snapshot as RaftSnapshot,
 };
 use raft::{ReadState, SoftState, StateRole};
 use tracing::{debug, error, info};
@@ -74,7 +75,10 @@ impl ReadyHandler for Machine {
                 from: self.node_id,
                 kind: Some(peer_frame::Kind::Raft(bytes)),
             };
-            if !self.transport.send(to, frame) {
+            if m.get_msg_type() == MessageType::MsgPropose {
+                // Raft never sends a forward again: held, not dropped.
+                self.forwards.send(&self.transport, to, frame);
+            } else if !self.transport.send(to, frame) {
                 debug!(to, "peer queue full or unknown; raft message dropped");
                 undelivered.extend(Undelivered::of(&m));
             }
@@ -246,6 +250,7 @@ impl ReadyHandler for Machine {
         let was_leader = self.role == StateRole::Leader;
         self.role = ss.raft_state;
         if ss.leader_id != 0 && ss.leader_id != self.leader_id {
+            self.forwards.clear();
             self.leader_changed = true;
             self.leader_changes += 1;
         }

@@ -13,6 +13,8 @@
 //!   connection's queue (answered now, read in turn, or proposed);
 //! - [`proposals`]: what this server proposed and who waits for it
 //!   (register, complete, expire, propose again after a leader change);
+//! - [`forwards`]: a follower's proposals on their way to the leader,
+//!   held in order while the link is full;
 //! - [`clients`]: the reply pipeline — connections, their in-order queues,
 //!   watches and ReadIndex waits;
 //! - [`apply`]: what the Ready loop hands the state machine, and what it
@@ -24,6 +26,7 @@
 
 mod apply;
 mod clients;
+mod forwards;
 mod frames;
 mod proposals;
 mod requests;
@@ -184,6 +187,8 @@ struct Machine {
     snapshot_wanted: bool,
     /// Request counts and latencies by operation.
     op_metrics: crate::opmetrics::OpMetrics,
+    /// Proposals forwarded to the leader that its link did not take yet.
+    forwards: forwards::Forwards,
     /// Bytes of entries applied since the last snapshot.
     applied_bytes: u64,
     /// What the leader last said every member has in its log (a follower
@@ -274,6 +279,7 @@ impl Core {
                 leader_changes: 0,
                 snapshot_wanted: false,
                 op_metrics,
+                forwards: forwards::Forwards::default(),
                 applied_bytes: 0,
                 leader_floor: 0,
             },
@@ -346,7 +352,7 @@ impl Core {
         // Let every connection's writer drain and close.
         self.m.clients.close_all();
         self.m.transport.shutdown();
-        let _ = self.raft.storage().sync();
+        let _ = self.raft.sync();
         let _ = state.send(CoreState::Stopped);
         result
     }
@@ -424,6 +430,7 @@ impl Core {
     fn on_tick(&mut self) {
         self.raft.tick();
         self.ticks += 1;
+        self.m.forwards.flush(&self.m.transport);
         self.m.clients.retry_paused(&self.m.tree);
         self.compaction_due = true;
         self.expire_waiters(Instant::now());

@@ -6,6 +6,7 @@ pub mod logger;
 pub mod node;
 pub mod storage;
 pub mod transport;
+pub mod watermark;
 
 pub use node::{RaftNode, ReadyHandler, Undelivered};
 pub use storage::{DiskStorage, StorageError};

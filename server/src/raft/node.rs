@@ -220,6 +220,11 @@ impl RaftNode {
         self.raw.store()
     }
 
+    /// Makes everything written so far durable (at shutdown).
+    pub fn sync(&mut self) -> Result<(), StorageError> {
+        self.raw.mut_store().sync()
+    }
+
     /// Stores a snapshot of the state machine at `applied`. The log behind
     /// it stays until [`Self::compact_log`] drops it.
     pub fn store_snapshot(&mut self, applied: u64, data: Vec<u8>) -> Result<(), StorageError> {
@@ -308,12 +313,14 @@ impl RaftNode {
 
         // 4. New entries and the hard state go to disk, and one fsync covers
         //    them all (group commit) before anything that promises they are
-        //    durable (votes, append acks) is sent.
+        //    durable (votes, append acks) is sent. A Ready that only moved
+        //    the commit index needs no fsync (raft-rs's `must_sync`): the
+        //    commit index may be lost in a crash (raft learns it again), and
+        //    it is written to the same journal after the entries it covers,
+        //    so it never outlives them on disk.
         let store = self.raw.mut_store();
-        let mut dirty = false;
         if !ready.entries().is_empty() {
             store.append(ready.entries())?;
-            dirty = true;
             self.io.append_batches += 1;
             self.io.appended_entries += ready.entries().len() as u64;
             if let Some((_, batch)) = &self.io_histograms {
@@ -322,9 +329,8 @@ impl RaftNode {
         }
         if let Some(hs) = ready.hs() {
             store.set_hard_state(hs.clone())?;
-            dirty = true;
         }
-        if dirty || ready.must_sync() {
+        if ready.must_sync() {
             let started = std::time::Instant::now();
             store.sync()?;
             let took = started.elapsed();

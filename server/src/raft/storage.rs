@@ -26,6 +26,18 @@ use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState, StorageError as RaftStorageError};
 
+use super::watermark::{Mark, Watermark};
+
+/// fjall's block cache (the log's hot tail for followers that lag a
+/// little). Entries are read back only to send them to a follower or to
+/// apply them right after they were written, so a small cache serves.
+pub const BLOCK_CACHE_BYTES: u64 = 32 * 1024 * 1024;
+/// The log's memtable: written entries stay in memory until this much has
+/// gathered, then go to a table on disk (fjall's default is 64 MiB).
+pub const LOG_MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
+/// The metadata's memtable (hard state, conf state, log start: tiny).
+pub const META_MEMTABLE_BYTES: u64 = 4 * 1024 * 1024;
+
 const KEY_HARD_STATE: &[u8] = b"hard_state";
 const KEY_CONF_STATE: &[u8] = b"conf_state";
 const KEY_SNAPSHOT: &[u8] = b"snapshot";
@@ -40,6 +52,8 @@ pub enum StorageError {
     Fjall(#[from] fjall::Error),
     #[error("corrupt {what} on disk: {detail}")]
     Corrupt { what: &'static str, detail: String },
+    #[error("synced watermark: {0}")]
+    Watermark(#[from] std::io::Error),
 }
 
 fn corrupt(what: &'static str, e: impl std::fmt::Display) -> StorageError {
@@ -64,6 +78,9 @@ pub struct DiskStorage {
     snapshot_meta: SnapshotMetadata,
     /// The entry just before the log's first: (index, term).
     base: (u64, u64),
+    /// The last entry known synced, kept outside fjall (see
+    /// [`super::watermark`]).
+    synced: Watermark,
     /// Terms and encoded sizes of the entries in the log; `terms[0]` is
     /// entry `base.0 + 1`.
     terms: VecDeque<u64>,
@@ -80,9 +97,15 @@ impl DiskStorage {
     /// Opens (or creates) the storage under `dir`, loading the hard state,
     /// conf state, snapshot metadata and the terms of the log.
     pub fn open(dir: &Path) -> Result<Self, StorageError> {
-        let db = Database::builder(dir).open()?;
-        let log = db.keyspace("raft_log", KeyspaceCreateOptions::default)?;
-        let meta = db.keyspace("raft_meta", KeyspaceCreateOptions::default)?;
+        let db = Database::builder(dir)
+            .cache_size(BLOCK_CACHE_BYTES)
+            .open()?;
+        let log = db.keyspace("raft_log", || {
+            KeyspaceCreateOptions::default().max_memtable_size(LOG_MEMTABLE_BYTES)
+        })?;
+        let meta = db.keyspace("raft_meta", || {
+            KeyspaceCreateOptions::default().max_memtable_size(META_MEMTABLE_BYTES)
+        })?;
         let hard_state = match meta.get(KEY_HARD_STATE)? {
             Some(v) => HardState::parse_from_bytes(&v).map_err(|e| corrupt("hard state", e))?,
             None => HardState::default(),
@@ -147,7 +170,8 @@ impl DiskStorage {
                 ),
             ));
         }
-        Ok(Self {
+        let (synced, mark) = Watermark::open(dir)?;
+        let storage = Self {
             db,
             log,
             meta,
@@ -158,7 +182,52 @@ impl DiskStorage {
             terms,
             sizes,
             log_bytes,
-        })
+            synced,
+        };
+        if let Some(mark) = mark {
+            storage.check_synced(mark, dir)?;
+        }
+        Ok(storage)
+    }
+
+    /// A log that ends before the last entry this server synced, or holds
+    /// another term there, lost entries it acknowledged: refused.
+    fn check_synced(&self, mark: Mark, dir: &Path) -> Result<(), StorageError> {
+        let last = self.last().max(self.snapshot_meta.index);
+        let lost = if mark.index > last {
+            Some(format!("the log ends at entry {last}"))
+        } else {
+            match self.term_of(mark.index) {
+                Some(term) if term != mark.term => Some(format!(
+                    "entry {} has term {term}, not {}",
+                    mark.index, mark.term
+                )),
+                _ => None,
+            }
+        };
+        match lost {
+            Some(found) => Err(corrupt(
+                "journal",
+                format!(
+                    "entries up to {} (term {}) were synced, but {found}: the journal in {} \
+                     lost synced entries (damaged on disk); wipe this server's data dir and \
+                     add it again (README: Storage faults)",
+                    mark.index,
+                    mark.term,
+                    dir.display()
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The last entry in the log (or the snapshot's, if the log is empty).
+    fn last_mark(&self) -> Mark {
+        let index = self.last().max(self.snapshot_meta.index);
+        Mark {
+            index,
+            term: self.term_of(index).unwrap_or(0),
+        }
     }
 
     /// True once a conf state has been stored (the node was bootstrapped).
@@ -204,6 +273,11 @@ impl DiskStorage {
         // Drop the conflicting suffix, if any.
         let last = self.last();
         if first_index <= last {
+            let kept = first_index - 1;
+            self.synced.lower(Mark {
+                index: kept,
+                term: self.term_of(kept).unwrap_or(0),
+            })?;
             for index in first_index..=last {
                 batch.remove(&self.log, log_key(index));
             }
@@ -244,9 +318,12 @@ impl DiskStorage {
         Ok(())
     }
 
-    /// One fsync for everything written since the last one.
-    pub fn sync(&self) -> Result<(), StorageError> {
+    /// One fsync for everything written since the last one; the synced
+    /// watermark then names the log's last entry.
+    pub fn sync(&mut self) -> Result<(), StorageError> {
         self.db.persist(PersistMode::SyncAll)?;
+        let mark = self.last_mark();
+        self.synced.raise(mark)?;
         Ok(())
     }
 
@@ -314,6 +391,10 @@ impl DiskStorage {
         if meta.index <= self.snapshot_meta.index {
             return Ok(());
         }
+        self.synced.lower(Mark {
+            index: meta.index,
+            term: meta.term,
+        })?;
         self.write_snapshot(&snap)?;
         let mut batch = self.db.batch();
         for i in self.base.0 + 1..=self.last() {
@@ -573,6 +654,112 @@ mod tests {
         assert_eq!(s.log_bytes(), 5 * per_entry);
         assert_eq!(s.compact_log(0, 0).unwrap(), Some(19));
         assert_eq!(s.first_index().unwrap(), 19);
+    }
+
+    /// Every journal file of a storage's data dir, largest first.
+    fn journals(dir: &Path) -> Vec<std::path::PathBuf> {
+        let mut found: Vec<_> = walk(dir)
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "jnl"))
+            .collect();
+        found.sort_by_key(|p| std::cmp::Reverse(std::fs::metadata(p).unwrap().len()));
+        found
+    }
+
+    fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    /// 200 synced entries of 100 bytes, nothing committed (a follower's
+    /// acknowledged but not yet committed tail).
+    fn synced_log(dir: &Path) {
+        let mut s = DiskStorage::open(dir).unwrap();
+        s.bootstrap(vec![1]).unwrap();
+        for i in 1..=200u64 {
+            s.append(&[entry(i, 1, &[i as u8; 100])]).unwrap();
+            s.sync().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_journal_that_lost_synced_entries_refuses_to_open() {
+        for percent in [20u64, 40, 60, 80] {
+            let dir = tempfile::tempdir().unwrap();
+            synced_log(dir.path());
+            let journal = journals(dir.path()).into_iter().next().expect("a journal");
+            let mut bytes = std::fs::read(&journal).unwrap();
+            // fjall preallocates its journal: flip within what was written.
+            let written = bytes
+                .iter()
+                .rposition(|b| *b != 0)
+                .expect("a written journal")
+                + 1;
+            let at = (written as u64 * percent / 100) as usize;
+            bytes[at] ^= 0x5a;
+            std::fs::write(&journal, &bytes).unwrap();
+            match DiskStorage::open(dir.path()) {
+                Ok(s) => panic!(
+                    "byte {at} of {} ({percent}%) flipped: opened with the log ending at {} of 200",
+                    journal.display(),
+                    s.last_index().unwrap()
+                ),
+                // fjall's own refusal, or ours naming the journal.
+                Err(_) => {}
+            }
+        }
+    }
+
+    #[test]
+    fn a_log_cut_back_by_a_new_leader_is_not_a_loss() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = DiskStorage::open(dir.path()).unwrap();
+            s.bootstrap(vec![1]).unwrap();
+            s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b"), entry(3, 1, b"c")])
+                .unwrap();
+            s.sync().unwrap();
+            // A new leader replaces 2..3 with a shorter suffix of its term.
+            s.append(&[entry(2, 2, b"B")]).unwrap();
+            s.sync().unwrap();
+        }
+        let s = DiskStorage::open(dir.path()).expect("a cut log opens");
+        assert_eq!(s.last_index().unwrap(), 2);
+        assert_eq!(s.term(2).unwrap(), 2);
+    }
+
+    #[test]
+    fn a_log_that_lost_its_synced_tail_is_refused_naming_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        synced_log(dir.path());
+        {
+            // The disk loses the last 50 entries (a dropped journal tail).
+            let db = Database::builder(dir.path()).open().unwrap();
+            let log = db
+                .keyspace("raft_log", KeyspaceCreateOptions::default)
+                .unwrap();
+            for i in 151..=200u64 {
+                log.remove(log_key(i)).unwrap();
+            }
+            db.persist(PersistMode::SyncAll).unwrap();
+        }
+        let msg = DiskStorage::open(dir.path())
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            msg.contains("entries up to 200") && msg.contains("ends at entry 150"),
+            "{msg}"
+        );
+        assert!(msg.contains(&dir.path().display().to_string()), "{msg}");
     }
 
     #[test]

@@ -209,18 +209,26 @@ impl Transport {
     /// Queues a frame for `to`; false if it was dropped (unknown peer, or
     /// its queue is full in frames or bytes).
     pub fn send(&self, to: u64, frame: PeerFrame) -> bool {
+        self.try_send(to, frame).is_ok()
+    }
+
+    /// [`Self::send`], handing back a frame that was not queued.
+    pub fn try_send(&self, to: u64, frame: PeerFrame) -> Result<(), PeerFrame> {
         let Some(p) = self.peers.get(&to) else {
-            return false;
+            return Err(frame);
         };
         let bytes = frame.encoded_len();
         if !p.queued_bytes.reserve(bytes, PEER_QUEUE_BYTES_MAX) {
-            return false;
+            return Err(frame);
         }
-        if p.queue.try_send(Queued { frame, bytes }).is_err() {
+        if let Err(e) = p.queue.try_send(Queued { frame, bytes }) {
             p.queued_bytes.release(bytes);
-            return false;
+            let queued = match e {
+                mpsc::error::TrySendError::Full(q) | mpsc::error::TrySendError::Closed(q) => q,
+            };
+            return Err(queued.frame);
         }
-        true
+        Ok(())
     }
 
     /// Bytes queued for `to` and not yet written to its connection.
