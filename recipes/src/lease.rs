@@ -270,7 +270,7 @@ impl LeaseLock {
     ) -> Result<Lease> {
         let ttl_ms = check_args(name, ttl)?;
         for _ in 0..GUARDED_ATTEMPTS_MAX {
-            let (path, _, stat, _) = self.holder(name, client_id, token).await?;
+            let (path, stat) = self.holder(name, client_id, token).await?;
             let data = encode(ttl_ms, client_id);
             let renewed = self
                 .client
@@ -304,7 +304,7 @@ impl LeaseLock {
     pub async fn release(&self, name: &str, client_id: &str, token: u64) -> Result<()> {
         check_name(name)?;
         for _ in 0..GUARDED_ATTEMPTS_MAX {
-            let (path, _, stat, _) = self.holder(name, client_id, token).await?;
+            let (path, stat) = self.holder(name, client_id, token).await?;
             match self.client.delete(&path, Some(stat.version)).await {
                 Ok(()) => return Ok(()),
                 Err(e) if e.code() == ErrorCode::NoNode => return Err(lapsed(name, token)),
@@ -351,14 +351,9 @@ impl LeaseLock {
         Ok(None)
     }
 
-    /// The current holder's node: path, data, stat and TTL, if it is
+    /// The current holder's node: path and stat, if it is
     /// `client_id`'s grant `token`; `NotHolder` otherwise.
-    async fn holder(
-        &self,
-        name: &str,
-        client_id: &str,
-        token: u64,
-    ) -> Result<(String, Vec<u8>, Stat, u64)> {
+    async fn holder(&self, name: &str, client_id: &str, token: u64) -> Result<(String, Stat)> {
         let queue = self.queue(name);
         let Some(head) = queue.list().await?.into_iter().next() else {
             return Err(lapsed(name, token));
@@ -375,14 +370,14 @@ impl LeaseLock {
                 stat.czxid
             )));
         }
-        let (ttl_ms, holder_id) = decode(&data)
+        let (_, holder_id) = decode(&data)
             .ok_or_else(|| Error::Corrupt(format!("{path}: not a lease node's data")))?;
         if holder_id != client_id {
             return Err(Error::NotHolder(format!(
                 "{name}: token {token} is not held by client {client_id:?}"
             )));
         }
-        Ok((path, data, stat, ttl_ms))
+        Ok((path, stat))
     }
 
     fn dir(&self, name: &str) -> String {
