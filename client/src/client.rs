@@ -10,6 +10,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
 use warden_protocol::pb::ClusterStatusResponse as ClusterStatus;
@@ -141,12 +142,39 @@ impl Client {
 
     /// Replaces the data of `path` (if its version matches, given one).
     pub async fn set_data(&self, path: &str, data: &[u8], version: Option<i32>) -> Result<Stat> {
+        self.set_data_ttl_ms(path, data, version, 0).await
+    }
+
+    /// Like [`set_data`](Self::set_data), and gives the node `ttl` as its
+    /// new TTL, counted from this write: a lease renewed for another
+    /// length. The node must have been created with a TTL (else
+    /// `BadArguments` naming it); the data and the TTL change together.
+    pub async fn set_data_with_ttl(
+        &self,
+        path: &str,
+        data: &[u8],
+        version: Option<i32>,
+        ttl: Duration,
+    ) -> Result<Stat> {
+        let ttl_ms = CreateOptions::with_ttl(ttl).validate(path)?;
+        self.set_data_ttl_ms(path, data, version, ttl_ms).await
+    }
+
+    /// set_data on the wire; `ttl_ms` 0 keeps the TTL.
+    async fn set_data_ttl_ms(
+        &self,
+        path: &str,
+        data: &[u8],
+        version: Option<i32>,
+        ttl_ms: u64,
+    ) -> Result<Stat> {
         check_path(path)?;
         check_data(path, data)?;
         let op = pb::request::Op::SetData(pb::SetDataRequest {
             path: path.to_string(),
             data: data.to_vec(),
             version,
+            ttl_ms,
         });
         let response = self.call(path, op, None).await?;
         match response.result {

@@ -161,6 +161,7 @@ fn encode_one(op: &Op) -> Result<pb::multi_op::Op> {
                 path: path.clone(),
                 data: data.clone(),
                 version: *version,
+                ttl_ms: 0,
             })
         }
         Op::Check { path, version } => {

@@ -33,13 +33,25 @@
 //! `expires_at_ms` is the node's mtime (the Raft leader's clock, in ms since
 //! the Unix epoch) plus the TTL.
 //!
+//! # A renewal may ask for another TTL
+//!
+//! Every write of a lease node (the grant's stamp, a waiter's touch, a
+//! renewal) is a `set_data` that also gives the node the TTL the request
+//! asked for ([`Client::set_data_with_ttl`]), with the data naming that
+//! TTL: the node's data and TTL change together in one write, so the
+//! expiry read back from the data is the server's. A renewal therefore
+//! sets the lease's TTL to what it asks for (`extend_time_ms: 5000` on a
+//! 10 s lease: 5 s from now), and so does an acquire that re-enters its
+//! own grant or waiting place.
+//!
 //! # Acquires are idempotent per client id
 //!
 //! Because the node's name carries the client id's key, an acquire first
 //! looks (linearizably) for a node of that client id. If it holds the
 //! lease, the acquire answers that grant: the same fencing token, its
-//! expiry refreshed (a renewal). If it waits, the acquire takes up that
-//! place in the queue instead of queueing a second time. So a caller whose
+//! expiry refreshed with the acquire's TTL (a renewal). If it waits, the
+//! acquire takes up that place in the queue instead of queueing a second
+//! time (with its TTL). So a caller whose
 //! acquire failed with a timeout or a lost connection (an HTTP 503) just
 //! retries it with the same client id: it can neither end up behind its
 //! own lease nor hold two places. A node of ours that a lost create left
@@ -57,9 +69,6 @@
 //! be granted the lease meanwhile, so that is safe; but a holder must not
 //! count on a lease beyond `expires_at_ms`, and a protected resource should
 //! check fencing tokens rather than clocks.
-//!
-//! A node's TTL is fixed when it is created, so a renewal must ask for the
-//! same TTL as the acquire did (anything else is `BadArguments`).
 
 use std::time::Duration;
 
@@ -152,13 +161,13 @@ impl LeaseLock {
         let key = client_key(client_id);
         let data = encode(ttl_ms, client_id);
         let touch_interval = (ttl / TOUCHES_PER_TTL).max(Duration::from_millis(1));
-        let mut entry = match self.rejoin(&queue, name, client_id, &key, ttl_ms).await? {
+        let mut entry = match self.rejoin(&queue, name, client_id, &key, ttl).await? {
             Some(entry) => entry,
             None => queue.join(&key, "", &data, Lifetime::Ttl(ttl), b"").await?,
         };
         loop {
             let options = WaitOptions {
-                keepalive: Some((touch_interval, &data)),
+                keepalive: Some((touch_interval, &data, Some(ttl))),
                 woken: None,
             };
             let outcome = queue
@@ -170,7 +179,9 @@ impl LeaseLock {
                     // (and a re-acquire by the holder renews it). The same
                     // write again is harmless, so a lost answer is retried.
                     let path = entry.path();
-                    let stamp = retrying(&self.client, || self.client.set_data(&path, &data, None));
+                    let stamp = retrying(&self.client, || {
+                        self.client.set_data_with_ttl(&path, &data, None, ttl)
+                    });
                     match stamp.await {
                         Ok(stat) => {
                             entry.take();
@@ -204,16 +215,17 @@ impl LeaseLock {
 
     /// The node `client_id` already has in lease `name`'s queue (holding
     /// or waiting), to carry on with instead of queueing again; `None` if
-    /// it has none. A different TTL than that node's is `BadArguments`, as
-    /// for a renewal.
+    /// it has none. A TTL other than that node's becomes its TTL now (as a
+    /// renewal's would).
     async fn rejoin(
         &self,
         queue: &Queue,
         name: &str,
         client_id: &str,
         key: &str,
-        ttl_ms: u64,
+        ttl: Duration,
     ) -> Result<Option<Entry>> {
+        let ttl_ms = check_args(name, ttl)?;
         let Some((member, _)) = queue.find(key).await? else {
             return Ok(None);
         };
@@ -230,21 +242,25 @@ impl LeaseLock {
                 "{path}: holds client {holder_id:?}, whose key is that of {client_id:?}"
             )));
         }
-        if held_ttl_ms != ttl_ms {
-            return Err(Error::BadArguments(format!(
-                "{name}: client {client_id:?} already has this lease (or waits for it) with \
-                 a TTL of {held_ttl_ms} ms; a lease keeps the TTL it was acquired with, \
-                 not {ttl_ms} ms"
-            )));
-        }
-        debug!(lease = name, node = %path, "acquire by a client id already in the queue");
+        let stat = if held_ttl_ms == ttl_ms {
+            stat
+        } else {
+            let data = encode(ttl_ms, client_id);
+            let changed = self.client.set_data_with_ttl(&path, &data, None, ttl).await;
+            match changed {
+                Ok(stat) => stat,
+                Err(e) if e.code() == ErrorCode::NoNode => return Ok(None),
+                Err(e) => return Err(e.into()),
+            }
+        };
+        debug!(lease = name, node = %path, held_ttl_ms, ttl_ms, "acquire by a client id already in the queue");
         Ok(Some(queue.rejoin(member, stat)))
     }
 
     /// Extends lease `name` held by `client_id` with `token` by `ttl` from
-    /// now (the server's clock). `NotHolder` if that lease has lapsed or is
-    /// held by someone else (a stale token, another client id);
-    /// `BadArguments` if `ttl` differs from the acquire's.
+    /// now (the server's clock): `ttl` is the lease's TTL from now on,
+    /// whatever the acquire asked for. `NotHolder` if that lease has lapsed
+    /// or is held by someone else (a stale token, another client id).
     pub async fn renew(
         &self,
         name: &str,
@@ -254,14 +270,13 @@ impl LeaseLock {
     ) -> Result<Lease> {
         let ttl_ms = check_args(name, ttl)?;
         for _ in 0..GUARDED_ATTEMPTS_MAX {
-            let (path, data, stat, held_ttl_ms) = self.holder(name, client_id, token).await?;
-            if held_ttl_ms != ttl_ms {
-                return Err(Error::BadArguments(format!(
-                    "{name}: a lease keeps the TTL it was acquired with ({held_ttl_ms} ms), \
-                     not {ttl_ms} ms"
-                )));
-            }
-            match self.client.set_data(&path, &data, Some(stat.version)).await {
+            let (path, stat) = self.holder(name, client_id, token).await?;
+            let data = encode(ttl_ms, client_id);
+            let renewed = self
+                .client
+                .set_data_with_ttl(&path, &data, Some(stat.version), ttl)
+                .await;
+            match renewed {
                 Ok(stat) => {
                     return Ok(Lease {
                         name: name.to_string(),
@@ -289,7 +304,7 @@ impl LeaseLock {
     pub async fn release(&self, name: &str, client_id: &str, token: u64) -> Result<()> {
         check_name(name)?;
         for _ in 0..GUARDED_ATTEMPTS_MAX {
-            let (path, _, stat, _) = self.holder(name, client_id, token).await?;
+            let (path, stat) = self.holder(name, client_id, token).await?;
             match self.client.delete(&path, Some(stat.version)).await {
                 Ok(()) => return Ok(()),
                 Err(e) if e.code() == ErrorCode::NoNode => return Err(lapsed(name, token)),
@@ -336,14 +351,9 @@ impl LeaseLock {
         Ok(None)
     }
 
-    /// The current holder's node: path, data, stat and TTL, if it is
+    /// The current holder's node: path and stat, if it is
     /// `client_id`'s grant `token`; `NotHolder` otherwise.
-    async fn holder(
-        &self,
-        name: &str,
-        client_id: &str,
-        token: u64,
-    ) -> Result<(String, Vec<u8>, Stat, u64)> {
+    async fn holder(&self, name: &str, client_id: &str, token: u64) -> Result<(String, Stat)> {
         let queue = self.queue(name);
         let Some(head) = queue.list().await?.into_iter().next() else {
             return Err(lapsed(name, token));
@@ -360,14 +370,14 @@ impl LeaseLock {
                 stat.czxid
             )));
         }
-        let (ttl_ms, holder_id) = decode(&data)
+        let (_, holder_id) = decode(&data)
             .ok_or_else(|| Error::Corrupt(format!("{path}: not a lease node's data")))?;
         if holder_id != client_id {
             return Err(Error::NotHolder(format!(
                 "{name}: token {token} is not held by client {client_id:?}"
             )));
         }
-        Ok((path, data, stat, ttl_ms))
+        Ok((path, stat))
     }
 
     fn dir(&self, name: &str) -> String {

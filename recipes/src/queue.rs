@@ -412,8 +412,9 @@ pub(crate) enum Outcome {
 #[derive(Debug, Default)]
 pub(crate) struct WaitOptions<'a> {
     /// Rewrite the member with this data this often while waiting (a TTL
-    /// member would otherwise lapse).
-    pub keepalive: Option<(Duration, &'a [u8])>,
+    /// member would otherwise lapse), and with this TTL, given one (so a
+    /// member's data and TTL always change together).
+    pub keepalive: Option<(Duration, &'a [u8], Option<Duration>)>,
     /// Counts the watches that woke this waiter.
     pub woken: Option<&'a AtomicU64>,
 }
@@ -670,7 +671,7 @@ impl Queue {
         tokio::pin!(watch);
         let mut next_touch = options
             .keepalive
-            .map_or(never, |(every, _)| Instant::now() + every);
+            .map_or(never, |(every, _, _)| Instant::now() + every);
         loop {
             tokio::select! {
                 fired = &mut watch => return match fired {
@@ -681,11 +682,16 @@ impl Queue {
                 },
                 _ = tokio::time::sleep_until(deadline.unwrap_or(never)) => return Ok(Woken::TimedOut),
                 _ = tokio::time::sleep_until(next_touch) => {
-                    let Some((every, data)) = options.keepalive else {
+                    let Some((every, data, ttl)) = options.keepalive else {
                         continue;
                     };
                     next_touch = Instant::now() + every;
-                    match self.client.set_data(&entry.path(), data, None).await {
+                    let path = entry.path();
+                    let touched = match ttl {
+                        Some(ttl) => self.client.set_data_with_ttl(&path, data, None, ttl).await,
+                        None => self.client.set_data(&path, data, None).await,
+                    };
+                    match touched {
                         Ok(_) => {}
                         // Lapsed: found gone at the next look.
                         Err(e) if e.code() == ErrorCode::NoNode => return Ok(Woken::Recheck),

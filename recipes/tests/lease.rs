@@ -216,9 +216,6 @@ async fn stale_renew_and_release_are_refused() {
             .map(drop),
     );
 
-    let err = leases.renew("s", "w1", token, TTL_SHORT).await.unwrap_err();
-    assert!(matches!(err, Error::BadArguments(_)), "{err}");
-
     // Still held by w1 after all that.
     leases.renew("s", "w1", token, TTL_LONG).await.unwrap();
     leases.release("s", "w1", token).await.unwrap();
@@ -354,8 +351,54 @@ async fn a_holders_re_acquire_returns_its_grant_renewed() {
     assert_eq!(leases.state("again").await.unwrap(), None);
 }
 
+/// Waits until lease `name` is free: the server removed it at its TTL.
+async fn wait_lapsed(leases: &LeaseLock, name: &str) {
+    common::wait_for("the lease lapses at its new TTL", || async {
+        leases.state(name).await.unwrap().is_none()
+    })
+    .await;
+}
+
+/// A renewal sets the lease's TTL to what it asks for (seed 004's
+/// `extend_time_ms: 5000` on a 10 s lease): the server removes it at the
+/// new TTL, not the acquire's; the expiry read back agrees.
 #[tokio::test]
-async fn a_re_acquire_with_another_ttl_is_refused() {
+async fn a_renewal_sets_the_ttl_it_asks_for() {
+    let server = Server::start();
+    let leases = LeaseLock::new(connect(&server).await, ROOT);
+    let lease = leases
+        .acquire("renew-ttl", "w1", TTL_LONG, Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("granted");
+    let renewed = leases
+        .renew("renew-ttl", "w1", lease.fencing_token, TTL_SHORT)
+        .await
+        .unwrap();
+    assert_eq!(renewed.fencing_token, lease.fencing_token);
+    assert!(
+        renewed.expires_at_ms < lease.expires_at_ms,
+        "a shorter TTL from now: {lease:?} -> {renewed:?}"
+    );
+    let state = leases.state("renew-ttl").await.unwrap().expect("held");
+    assert_eq!(state.holder, renewed, "the expiry as read back");
+    // Longer again, then shorter: the last renewal's TTL is the one.
+    let longer = leases
+        .renew("renew-ttl", "w1", lease.fencing_token, TTL_LONG)
+        .await
+        .unwrap();
+    assert!(longer.expires_at_ms > renewed.expires_at_ms);
+    leases
+        .renew("renew-ttl", "w1", lease.fencing_token, TTL_SHORT)
+        .await
+        .unwrap();
+    // Within DEADLINE (half of TTL_LONG): only the new TTL frees it.
+    wait_lapsed(&leases, "renew-ttl").await;
+}
+
+/// A holder's re-acquire with another TTL is its grant, with that TTL.
+#[tokio::test]
+async fn a_re_acquire_with_another_ttl_takes_that_ttl() {
     let server = Server::start();
     let leases = LeaseLock::new(connect(&server).await, ROOT);
     let lease = leases
@@ -363,15 +406,65 @@ async fn a_re_acquire_with_another_ttl_is_refused() {
         .await
         .unwrap()
         .expect("granted");
-    let err = leases
+    let again = leases
         .acquire("ttl", "w1", TTL_SHORT, Duration::ZERO)
         .await
-        .unwrap_err();
-    assert!(matches!(err, Error::BadArguments(_)), "{err}");
-    // Nothing changed: still one node, the same holder.
+        .unwrap()
+        .expect("the holder's re-acquire is granted");
+    assert_eq!(again.fencing_token, lease.fencing_token, "the same grant");
+    assert!(
+        again.expires_at_ms < lease.expires_at_ms,
+        "{lease:?} -> {again:?}"
+    );
+    // Still one node, the same holder, with the new expiry.
     let state = leases.state("ttl").await.unwrap().expect("held");
-    assert_eq!(state.holder.fencing_token, lease.fencing_token);
+    assert_eq!(state.holder, again);
     assert_eq!(state.waiters, 0);
+    wait_lapsed(&leases, "ttl").await;
+}
+
+/// A waiter's retry with another TTL keeps its place, and its node takes
+/// that TTL (data and TTL together) while it waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiters_retry_with_another_ttl_keeps_its_place() {
+    let server = Server::start();
+    let admin = connect(&server).await;
+    let leases = LeaseLock::new(connect(&server).await, ROOT);
+    let first = leases
+        .acquire("wttl", "w1", TTL_LONG, Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("granted");
+    let waiting = {
+        let leases = leases.clone();
+        tokio::spawn(async move { leases.acquire("wttl", "w2", TTL_LONG, DEADLINE).await })
+    };
+    wait_for_children(&admin, "/leases/wttl", 2).await;
+    let retry = {
+        let leases = leases.clone();
+        tokio::spawn(async move { leases.acquire("wttl", "w2", TTL_SHORT, DEADLINE).await })
+    };
+    let mut line = children(&admin, "/leases/wttl").await;
+    line.sort_by_key(|n| n[n.len() - 10..].to_string());
+    let w2_node = format!("/leases/wttl/{}", line[1]);
+    let short = format!("{}\nw2", TTL_SHORT.as_millis());
+    common::wait_for("the waiter's node takes the retry's TTL", || async {
+        admin.get_data(&w2_node).await.unwrap().0 == short.as_bytes()
+    })
+    .await;
+    assert_eq!(
+        children(&admin, "/leases/wttl").await.len(),
+        2,
+        "no second place"
+    );
+    leases
+        .release("wttl", "w1", first.fencing_token)
+        .await
+        .unwrap();
+    let a = timeout(DEADLINE, waiting).await.unwrap().unwrap().unwrap();
+    let b = timeout(DEADLINE, retry).await.unwrap().unwrap().unwrap();
+    let (a, b) = (a.expect("granted"), b.expect("granted"));
+    assert_eq!(a.fencing_token, b.fencing_token, "one place, one grant");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

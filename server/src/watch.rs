@@ -526,6 +526,7 @@ mod tests {
                 path: "/a".into(),
                 data: b"x".to_vec(),
                 version: None,
+                ttl_ms: 0,
             })),
         );
         new.apply(

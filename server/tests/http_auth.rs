@@ -3,48 +3,18 @@
 //! an ACL refusal answers 403 naming the node, and the right identity gets
 //! 200.
 
-use std::io::{Read as _, Write as _};
-use std::net::TcpStream;
-use std::time::Duration;
+mod common;
 
 use base64::Engine as _;
 use serde_json::{json, Value};
 use warden_protocol::auth::digest_id;
 use warden_testkit::{Server, ServerOptions};
 
-/// One HTTP/1.1 request with extra headers; (status, JSON body).
+/// One POST with extra headers; (status, JSON body).
 fn post(addr: &str, path: &str, headers: &[(&str, String)], body: Value) -> (u16, Value) {
-    let mut stream = TcpStream::connect(addr).expect("connect to the HTTP door");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("read timeout");
-    let body = body.to_string();
-    let extra: String = headers
-        .iter()
-        .map(|(k, v)| format!("{k}: {v}\r\n"))
-        .collect();
-    let req = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{extra}\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(req.as_bytes()).expect("send request");
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("read response");
-    let text = String::from_utf8(raw).expect("utf-8 response");
-    let (head, rest) = text.split_once("\r\n\r\n").expect("a response head");
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("a status code");
-    // Bodies here are small JSON objects: take from the first brace to the
-    // last (whether or not the server chunked them).
-    let json = match (rest.find('{'), rest.rfind('}')) {
-        (Some(a), Some(b)) => serde_json::from_str(&rest[a..=b]).unwrap_or(Value::Null),
-        _ => Value::Null,
-    };
-    (status, json)
+    let (status, text) =
+        common::http::request_with(addr, "POST", path, headers, Some(&body.to_string()));
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
 fn basic(credentials: &str) -> (&'static str, String) {
@@ -142,36 +112,12 @@ fn http_locks_401_403_200() {
     assert_eq!(st, 200, "{body}");
 }
 
-/// One HTTP/1.1 GET; (status, JSON body).
-fn get(addr: &str, path: &str) -> (u16, Value) {
-    let mut stream = TcpStream::connect(addr).expect("connect to the HTTP door");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("read timeout");
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(req.as_bytes()).expect("send request");
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("read response");
-    let text = String::from_utf8(raw).expect("utf-8 response");
-    let (head, rest) = text.split_once("\r\n\r\n").expect("a response head");
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("a status code");
-    let json = match (rest.find('{'), rest.rfind('}')) {
-        (Some(a), Some(b)) => serde_json::from_str(&rest[a..=b]).unwrap_or(Value::Null),
-        _ => Value::Null,
-    };
-    (status, json)
-}
-
 /// The served OpenAPI document declares the two credential schemes and,
 /// for every lock operation, the 401 and 403 answers the test above gets.
 #[test]
 fn openapi_documents_credentials_and_refusals() {
     let server = Server::start();
-    let (st, doc) = get(server.http_addr(), "/api/v1/openapi.json");
+    let (st, doc) = common::http::get_json(server.http_addr(), "/api/v1/openapi.json");
     assert_eq!(st, 200, "{doc}");
     let schemes = &doc["components"]["securitySchemes"];
     assert_eq!(schemes["basicAuth"]["scheme"], "basic", "{schemes}");

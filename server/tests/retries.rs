@@ -54,6 +54,7 @@ fn retried_writes_apply_once(first: &str, second: &str) {
             path: "/q".into(),
             data: b"once".to_vec(),
             version: Some(0),
+            ttl_ms: 0,
         }),
     );
     drop(a);
@@ -80,6 +81,7 @@ fn retried_writes_apply_once(first: &str, second: &str) {
             path: "/q".into(),
             data: b"once".to_vec(),
             version: Some(0),
+            ttl_ms: 0,
         }),
     );
     let retry4 = b.response();

@@ -8,7 +8,6 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use warden_testkit::{Cluster, Server};
 
@@ -20,53 +19,9 @@ fn zk_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/zk")
 }
 
-/// `target/zk-venv`, created once (a lock directory keeps parallel tests
-/// from building it twice).
+/// `target/zk-venv`, created once.
 fn venv() -> PathBuf {
-    let target = warden_testkit::binary("warden")
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/warden")
-        .to_path_buf();
-    let venv = target.join("zk-venv");
-    let ready = venv.join(".installed");
-    let lock = target.join("zk-venv.lock");
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        if ready.exists() {
-            return venv;
-        }
-        if std::fs::create_dir(&lock).is_ok() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "another test is still installing {}",
-            venv.display()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let run = |cmd: &mut Command| {
-        let out = cmd.output().expect("run python");
-        assert!(
-            out.status.success(),
-            "{cmd:?} failed:\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let _ = std::fs::remove_dir_all(&venv);
-    run(Command::new("python3").arg("-m").arg("venv").arg(&venv));
-    run(Command::new(venv.join("bin/pip")).args([
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        KAZOO,
-        PYTEST,
-    ]));
-    std::fs::write(&ready, format!("{KAZOO} {PYTEST}\n")).expect("marker");
-    let _ = std::fs::remove_dir(&lock);
-    venv
+    warden_testkit::python::venv("zk-venv", &[KAZOO, PYTEST])
 }
 
 #[test]

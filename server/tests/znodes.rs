@@ -294,3 +294,55 @@ async fn linearizable_reads_and_sync() {
     assert_eq!(b.get_data_linearizable("/lin").await.unwrap().0, b"1");
     assert!(b.exists_linearizable("/lin").await.unwrap().is_some());
 }
+
+/// `set_data_with_ttl` gives a TTL node a new TTL from that write (the
+/// server removes it by the new one); a node created without a TTL
+/// refuses one, naming the node, and keeps its data.
+#[tokio::test]
+async fn set_data_with_ttl_changes_a_ttl_nodes_ttl() {
+    let server = Server::start();
+    let c = client(&server).await;
+    c.create(
+        "/long",
+        b"",
+        CreateOptions::with_ttl(Duration::from_secs(600)),
+    )
+    .await
+    .unwrap();
+    let stat = c
+        .set_data_with_ttl("/long", b"short now", None, Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert_eq!(stat.version, 1);
+    // Far within the old TTL: only the new one removes it.
+    eventually(
+        Duration::from_secs(10),
+        "the node removed at its new TTL",
+        || async { c.exists("/long").await.unwrap().is_none() },
+    )
+    .await;
+
+    c.create("/plain", b"v", CreateOptions::default())
+        .await
+        .unwrap();
+    let e = c
+        .set_data_with_ttl("/plain", b"w", None, Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::BadArguments, "{e}");
+    match &e {
+        warden_client::Error::Api { path, message, .. } => {
+            assert_eq!(path, "/plain");
+            assert!(message.contains("created without one"), "{message}");
+        }
+        other => panic!("expected the server's refusal, got {other:?}"),
+    }
+    let (data, stat) = c.get_data("/plain").await.unwrap();
+    assert_eq!((data.as_slice(), stat.version), (&b"v"[..], 0));
+    // A zero TTL is refused before anything is sent.
+    let e = c
+        .set_data_with_ttl("/plain", b"w", None, Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, warden_client::Error::BadArguments(_)), "{e}");
+}

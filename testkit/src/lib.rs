@@ -23,6 +23,7 @@
 //! would wait forever. The same holds when bringing nodes back: see
 //! [`Cluster::restart_many`].
 
+pub mod python;
 pub mod raw;
 pub mod tls;
 

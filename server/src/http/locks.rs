@@ -6,7 +6,12 @@
 //! - `/api/v1/locks/acquire|renew|release` with the name in the body as
 //!   `lock_key` and `lease_time_ms`, `block_time_ms`, `extend_time_ms`
 //!   accepted for `ttl_ms`, `wait_timeout_ms` and the renewal's `ttl_ms`;
-//!   a stale renew answers 403.
+//!   a stale renew answers 403 (the lease lapsed, or another client took
+//!   it).
+//!
+//! A renewal's TTL (`ttl_ms` / `extend_time_ms`) is the lease's TTL from
+//! then on, whatever the acquire asked for. The answers, with the fields
+//! of both contracts, are shaped in `contract.rs`.
 //!
 //! The gateway is a client of its own server over loopback: one session
 //! per caller identity (connected on first use, replaced if it is lost),
@@ -15,8 +20,8 @@
 //! It checks the JSON and the bounds below and nothing else: the lock's
 //! rules are the recipe's. In particular an acquire is idempotent per
 //! `client_id`: one that already holds the lock gets that grant back (200,
-//! the same fencing token, renewed), one that already waits takes up its
-//! place. So a caller whose acquire timed out, lost its connection or got
+//! the same fencing token, renewed with the acquire's TTL), one that
+//! already waits takes up its place. So a caller whose acquire timed out, lost its connection or got
 //! a 503 retries it with the same `client_id`, through any server, and
 //! never ends up queued behind its own lease.
 
@@ -31,12 +36,14 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use base64::Engine as _;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use tracing::{debug, warn};
 use warden_client::{Acl, Client, ConnectOptions, ErrorCode, SessionState};
 use warden_protocol::auth::{digest_id, split_credentials};
-use warden_recipes::{Error as RecipeError, Lease, LeaseLock};
+use warden_recipes::{Error as RecipeError, LeaseLock};
 
+use super::contract;
+pub(crate) use super::contract::Contract;
 use super::{error, ApiError, Http};
 
 /// Where the HTTP door keeps its locks.
@@ -241,15 +248,6 @@ fn api_message(e: &warden_client::Error) -> String {
     }
 }
 
-/// Which body contract a request came in by.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Contract {
-    /// `/api/v1/locks/{name}/...`
-    Path,
-    /// `/api/v1/locks/acquire` etc., name in `lock_key`.
-    Body,
-}
-
 /// A 400 answer naming the problem.
 fn bad(message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, message)
@@ -404,8 +402,9 @@ async fn recipe_error(http: &Http, e: RecipeError, stale: StatusCode) -> Respons
         RecipeError::Client(c) if c.is_retryable() || c.code() == ErrorCode::SessionExpired => {
             error(StatusCode::SERVICE_UNAVAILABLE, c.to_string())
         }
+        // The server's message, not just the code and path.
         RecipeError::Client(c) if c.code() == ErrorCode::BadArguments => {
-            bad(c.to_string()).into_response()
+            bad(format!("BadArguments: {}", api_message(c))).into_response()
         }
         // The message names the node and the permission refused.
         RecipeError::Client(c) if c.code() == ErrorCode::NoAuth => {
@@ -417,14 +416,6 @@ async fn recipe_error(http: &Http, e: RecipeError, stale: StatusCode) -> Respons
         ),
         _ => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
-}
-
-fn holder_json(lease: &Lease) -> Value {
-    json!({
-        "client_id": lease.client_id,
-        "fencing_token": lease.fencing_token,
-        "expires_at_ms": lease.expires_at_ms,
-    })
 }
 
 async fn do_acquire(
@@ -447,30 +438,16 @@ async fn do_acquire(
         Ok(Some(lease)) => {
             http.metrics
                 .lock_granted(!wait.is_zero(), started.elapsed());
-            Json(json!({
-                "acquired": true,
-                "lock_key": name,
-                "fencing_token": lease.fencing_token,
-                "expires_at_ms": lease.expires_at_ms,
-            }))
-            .into_response()
+            Json(contract::granted(&name, &lease)).into_response()
         }
         Ok(None) => {
             http.metrics.lock_refused();
             let holder = match lock.state(&name).await {
-                Ok(Some(s)) => holder_json(&s.holder),
-                _ => Value::Null,
+                Ok(Some(s)) => Some(s.holder),
+                _ => None,
             };
-            (
-                StatusCode::CONFLICT,
-                Json(json!({
-                    "acquired": false,
-                    "lock_key": name,
-                    "holder": holder,
-                    "error": format!("{name} is held; not granted within {} ms", wait.as_millis()),
-                })),
-            )
-                .into_response()
+            let answer = contract::not_granted(&name, &client_id, holder.as_ref(), wait);
+            (StatusCode::CONFLICT, Json(answer)).into_response()
         }
         Err(e) => recipe_error(http, e, StatusCode::CONFLICT).await,
     }
@@ -496,13 +473,7 @@ async fn do_renew(
         Contract::Body => StatusCode::FORBIDDEN,
     };
     match lock.renew(&name, &client_id, token, ttl).await {
-        Ok(lease) => Json(json!({
-            "renewed": true,
-            "lock_key": name,
-            "fencing_token": lease.fencing_token,
-            "expires_at_ms": lease.expires_at_ms,
-        }))
-        .into_response(),
+        Ok(lease) => Json(contract::renewed(contract, &name, &lease)).into_response(),
         Err(e) => recipe_error(http, e, stale).await,
     }
 }
@@ -523,7 +494,7 @@ async fn do_release(
         Err(r) => return r.into_response(),
     };
     match lock.release(&name, &client_id, token).await {
-        Ok(()) => Json(json!({"released": true, "lock_key": name})).into_response(),
+        Ok(()) => Json(contract::released(&name, &client_id, token)).into_response(),
         Err(e) => recipe_error(http, e, StatusCode::CONFLICT).await,
     }
 }
@@ -594,12 +565,7 @@ pub(crate) async fn state(
         Err(r) => return r.into_response(),
     };
     match lock.state(&name).await {
-        Ok(Some(s)) => Json(json!({
-            "lock_key": name,
-            "holder": holder_json(&s.holder),
-            "waiters": s.waiters,
-        }))
-        .into_response(),
+        Ok(Some(s)) => Json(contract::state(&name, &s.holder, s.waiters)).into_response(),
         Ok(None) => error(StatusCode::NOT_FOUND, format!("{name} is free")),
         Err(e) => recipe_error(&http, e, StatusCode::CONFLICT).await,
     }

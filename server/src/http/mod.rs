@@ -1,5 +1,6 @@
 //! The HTTP door: the REST lock API (`/api/v1/locks/...`), `/health`,
-//! `/status` and `/metrics`.
+//! `/status` and `/metrics`. The lock API answers in the fields of both
+//! lock-service contracts it serves (see `contract.rs`).
 //!
 //! A thin adapter like the other doors. `/health` and `/status` ask the
 //! core for its member view; the lock API is a *client* of this very
@@ -7,6 +8,7 @@
 //! no lock semantics of its own: every rule lives in the recipe and the
 //! pipeline behind it. This module must never touch the tree directly.
 
+mod contract;
 mod health;
 mod limited;
 pub(crate) mod locks;

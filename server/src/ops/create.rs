@@ -7,7 +7,7 @@ use super::{check_data, Failure};
 use crate::proto::{txn::Kind, AuthId, CreateTxn, Txn};
 
 /// Largest TTL accepted (a year): beyond that it is surely a unit mistake.
-const TTL_MS_MAX: u64 = 365 * 24 * 3600 * 1000;
+pub(super) const TTL_MS_MAX: u64 = 365 * 24 * 3600 * 1000;
 
 pub(super) fn validate(
     r: &pb::CreateRequest,

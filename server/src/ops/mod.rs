@@ -23,7 +23,7 @@ use warden_protocol::pb::{self, request::Op, response::Result as Res, ErrorCode}
 use warden_protocol::{path, DATA_BYTES_MAX};
 
 use crate::limits::Limits;
-use crate::proto::{AuthId, Txn};
+use crate::proto::{txn::Kind, AuthId, Txn};
 use crate::tree::{DataTree, TreeError, TxnResult};
 use crate::watch::{ConnId, WatchRegistry};
 
@@ -243,6 +243,10 @@ pub fn write_response(result: TxnResult, txn: &Txn) -> Result<Option<Res>, Failu
     let failure = |e: TreeError| {
         if e.code == ErrorCode::NoAuth {
             acl::no_auth(&e.path, acl::write_perm(txn, None), acl::txn_ids(txn))
+        } else if e.code == ErrorCode::BadArguments
+            && matches!(&txn.kind, Some(Kind::SetData(s)) if s.ttl_ms > 0)
+        {
+            set_data::no_ttl(&e.path)
         } else {
             Failure::from(e)
         }

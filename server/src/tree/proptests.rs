@@ -259,6 +259,7 @@ fn build(tree: &DataTree, time_ms: i64, spec: &Spec) -> Option<Txn> {
             path: resolve(tree, t),
             data: vec![b's'; *n],
             version: *version,
+            ttl_ms: 0,
         }),
         Spec::SetAcl(t, empty, aversion) => Kind::SetAcl(SetAclTxn {
             path: resolve(tree, t),
@@ -287,6 +288,7 @@ fn build(tree: &DataTree, time_ms: i64, spec: &Spec) -> Option<Txn> {
                             path: resolve(tree, t),
                             data: b"m".to_vec(),
                             version: *version,
+                            ttl_ms: 0,
                         }),
                         MultiSpec::Check(t, version) => Op::Check(CheckTxn {
                             path: resolve(tree, t),

@@ -126,6 +126,7 @@ fn set_data(path: &str, data: &[u8], version: Option<i32>) -> Kind {
         path: path.to_string(),
         data: data.to_vec(),
         version,
+        ttl_ms: 0,
     })
 }
 
@@ -755,6 +756,7 @@ fn multi_ops_see_earlier_ops() {
             path: "/a/b".into(),
             data: b"x".to_vec(),
             version: Some(0),
+            ttl_ms: 0,
         }),
         Op::Check(CheckTxn {
             path: "/a/b".into(),
@@ -831,12 +833,20 @@ fn failed_multi_restores_exact_state() {
             path: "/q/old".into(),
             data: b"after".to_vec(),
             version: None,
+            ttl_ms: 0,
         }),
         Op::Delete(DeleteTxn {
             path: "/q/old".into(),
             version: None,
         }),
         Op::Create(create("/c/child")),
+        // A new TTL, undone with the rest.
+        Op::SetData(SetDataTxn {
+            path: "/t".into(),
+            data: b"longer".to_vec(),
+            version: None,
+            ttl_ms: 60_000,
+        }),
         Op::Delete(DeleteTxn {
             path: "/t".into(),
             version: None,
@@ -872,7 +882,7 @@ fn failed_multi_restores_exact_state() {
     assert_eq!(
         applied.result,
         TxnResult::Multi(MultiOutcome::Failed {
-            index: 7,
+            index: 8,
             error: TreeError {
                 code: ErrorCode::NoNode,
                 path: "/q/missing".into()
@@ -889,6 +899,7 @@ fn failed_multi_restores_exact_state() {
     assert_eq!(p, "/q/s0000000001");
     assert!(log.tree.ephemerals(1).is_empty());
     assert_eq!(log.tree.get_data("/q/old").unwrap().0, b"before");
+    assert_eq!(log.tree.node("/t").expect("/t").ttl_ms(), 100);
 }
 
 #[test]
@@ -1161,6 +1172,52 @@ fn ttl_node_is_a_candidate_after_its_ttl() {
     let applied = log.step(Kind::GuardedDelete(candidates[0].clone()));
     assert_eq!(applied.result, TxnResult::GuardedDelete { deleted: true });
     assert_eq!(log.tree.node_count(), 1);
+}
+
+/// A set_data with a TTL gives a TTL node that TTL from this write on;
+/// without one (0) the TTL stays; a node created without a TTL refuses one.
+#[test]
+fn set_data_may_change_a_ttl_nodes_ttl() {
+    let mut log = Log::new();
+    log.mk_with(CreateTxn {
+        ttl_ms: 1000,
+        ..create("/t")
+    });
+    let with_ttl = |ttl_ms| {
+        Kind::SetData(SetDataTxn {
+            path: "/t".into(),
+            data: b"renewed".to_vec(),
+            version: None,
+            ttl_ms,
+        })
+    };
+    log.step(with_ttl(5000));
+    let mtime = log.stat("/t").mtime_ms;
+    assert_eq!(log.tree.node("/t").expect("/t").ttl_ms(), 5000);
+    assert!(candidate_paths(&log.tree, mtime + 5000).is_empty());
+    assert_eq!(candidate_paths(&log.tree, mtime + 5001), vec!["/t"]);
+    // Shorter again; then a plain write keeps it.
+    log.step(with_ttl(200));
+    log.step(set_data("/t", b"plain", None));
+    let mtime = log.stat("/t").mtime_ms;
+    assert_eq!(log.tree.node("/t").expect("/t").ttl_ms(), 200);
+    assert_eq!(candidate_paths(&log.tree, mtime + 201), vec!["/t"]);
+
+    log.mk("/plain");
+    let e = log.step_fails(Kind::SetData(SetDataTxn {
+        path: "/plain".into(),
+        data: b"x".to_vec(),
+        version: None,
+        ttl_ms: 1000,
+    }));
+    assert_eq!(
+        e,
+        TreeError {
+            code: ErrorCode::BadArguments,
+            path: "/plain".into()
+        }
+    );
+    assert_eq!(log.tree.node("/plain").expect("/plain").ttl_ms(), 0);
 }
 
 #[test]

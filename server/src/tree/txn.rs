@@ -144,13 +144,15 @@ enum Undo {
         cversion: i32,
         pzxid: u64,
     },
-    /// `path`'s data was replaced: restore the old data and its counters.
+    /// `path`'s data was replaced: restore the old data, its counters and
+    /// TTL (a set_data may change a TTL node's TTL).
     Data {
         path: String,
         data: Vec<u8>,
         version: i32,
         mzxid: u64,
         mtime_ms: i64,
+        ttl_ms: u64,
     },
     /// `path`'s ACL was replaced.
     Acl {
@@ -530,6 +532,10 @@ impl DataTree {
         };
         ctx.authorize(&node.acl, perms::WRITE, p)?;
         check_version(t.version, node.version, ErrorCode::BadVersion, p)?;
+        // A new TTL only for a TTL node, so the TTL index stays as it is.
+        if t.ttl_ms > 0 && node.ttl_ms == 0 {
+            return Err(TreeError::new(ErrorCode::BadArguments, p));
+        }
 
         let old_data = std::mem::replace(&mut node.data, t.data.clone());
         ctx.undo.push(Undo::Data {
@@ -538,7 +544,11 @@ impl DataTree {
             version: node.version,
             mzxid: node.mzxid,
             mtime_ms: node.mtime_ms,
+            ttl_ms: node.ttl_ms,
         });
+        if t.ttl_ms > 0 {
+            node.ttl_ms = t.ttl_ms;
+        }
         node.version = node.version.wrapping_add(1);
         node.mzxid = ctx.zxid;
         node.mtime_ms = ctx.time_ms;
@@ -696,12 +706,14 @@ impl DataTree {
                     version,
                     mzxid,
                     mtime_ms,
+                    ttl_ms,
                 } => {
                     if let Some(node) = self.nodes.get_mut(&path) {
                         node.data = data;
                         node.version = version;
                         node.mzxid = mzxid;
                         node.mtime_ms = mtime_ms;
+                        node.ttl_ms = ttl_ms;
                     }
                 }
                 Undo::Acl {

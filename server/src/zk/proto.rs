@@ -225,6 +225,7 @@ pub fn decode_request(op: i32, body: &[u8]) -> Result<(Op, Reply), DecodeError> 
             path: r.string("path")?,
             data: r.buffer("data")?,
             version: version(r.int("version")?),
+            ttl_ms: 0,
         }),
         opcode::GET_ACL => Op::GetAcl(pb::GetAclRequest {
             path: r.string("path")?,
@@ -346,6 +347,7 @@ fn decode_multi(r: &mut Reader<'_>) -> Result<(Op, Reply), DecodeError> {
                 path: r.string("path")?,
                 data: r.buffer("data")?,
                 version: version(r.int("version")?),
+                ttl_ms: 0,
             }),
             opcode::CHECK => pb::multi_op::Op::Check(pb::CheckRequest {
                 path: r.string("path")?,

@@ -1,0 +1,5 @@
+//! Helpers shared by the server's integration tests.
+
+#![allow(dead_code)]
+
+pub mod http;
