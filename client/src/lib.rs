@@ -41,6 +41,10 @@
 //! [`DATA_BYTES_MAX`](warden_protocol::DATA_BYTES_MAX) or nonsensical create
 //! options fail at once, with no round trip.
 
+// Read with `cargo doc --document-private-items` (as CI builds it), where
+// links to private items resolve.
+#![allow(rustdoc::private_intra_doc_links)]
+
 mod client;
 mod connection;
 mod error;

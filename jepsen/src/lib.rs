@@ -4,6 +4,10 @@
 //! recorded in a [`history`], checkers that judge the whole history, and a
 //! report per run.
 
+// Read with `cargo doc --document-private-items` (as CI builds it), where
+// links to private items resolve.
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod checkers;
 pub mod clock;
 pub mod cluster;

@@ -23,6 +23,10 @@
 //! would wait forever. The same holds when bringing nodes back: see
 //! [`Cluster::restart_many`].
 
+// Read with `cargo doc --document-private-items` (as CI builds it), where
+// links to private items resolve.
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod python;
 pub mod raw;
 pub mod tls;

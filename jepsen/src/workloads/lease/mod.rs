@@ -25,7 +25,7 @@
 //! note, not an anomaly, because the next grant came a TTL after its last
 //! successful acquire.
 //!
-//! The checker ([`check`], on [`check_lease`]) rebuilds the grants (one per
+//! The checker ([`check`](mod@check), on [`check_lease`]) rebuilds the grants (one per
 //! client id and token) and asks: tokens unique; tokens increasing in grant
 //! order over every pair of grants; holds (from the acquire's `ok` to the
 //! release's invocation) never overlapping unless the later grant came at
