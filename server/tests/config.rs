@@ -179,3 +179,16 @@ fn config_check_names_bad_values_and_passes_good_files() {
     );
     assert!(bad.stderr.contains("--tick-ms"), "{}", bad.stderr);
 }
+
+#[test]
+fn the_shipped_example_config_is_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/warden.toml");
+    let ended = run(dir.path(), &["config", "check", example], &[]);
+    assert!(ended.status.success(), "{}", ended.stderr);
+    assert!(
+        ended.stdout.join("\n").contains(": ok ("),
+        "{:?}",
+        ended.stdout
+    );
+}
