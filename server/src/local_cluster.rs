@@ -906,6 +906,22 @@ mod sys {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ready_lines_are_read_in_both_formats() {
+        use super::ready_line_client;
+        let text = "warden listening client=127.0.0.1:7000 zk=127.0.0.1:2181 http=127.0.0.1:7200";
+        assert_eq!(ready_line_client(text).as_deref(), Some("127.0.0.1:7000"));
+        let json = r#"{"message":"warden listening","client":"127.0.0.1:7001","zk":null}"#;
+        assert_eq!(ready_line_client(json).as_deref(), Some("127.0.0.1:7001"));
+        for other in [
+            r#"{"message":"ready","client":"127.0.0.1:7001"}"#,
+            "warden starting client=127.0.0.1:7000",
+            "",
+        ] {
+            assert_eq!(ready_line_client(other), None, "{other}");
+        }
+    }
+
     use super::*;
     use clap::Parser;
 

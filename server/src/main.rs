@@ -171,6 +171,15 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            // The nodes inherit the environment: they log as the
+            // supervisor was asked to (set before any thread starts).
+            use clap::ValueEnum as _;
+            if let Some(v) = cli.log.log_level.and_then(|l| l.to_possible_value()) {
+                std::env::set_var("WARDEN_LOG_LEVEL", v.get_name());
+            }
+            if let Some(v) = format.to_possible_value() {
+                std::env::set_var("WARDEN_LOG_FORMAT", v.get_name());
+            }
             // A supervisor of a few child processes: one thread is plenty.
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
