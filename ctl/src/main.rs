@@ -6,8 +6,9 @@
 //! stderr, `error: <Code>: <path or detail>` (e.g. `error: NoNode: /a/b`),
 //! and exits non-zero; usage errors exit 2, as clap does.
 //!
-//! Logs (the client library's `tracing` output) are off unless `RUST_LOG`
-//! asks for them, so that stderr carries only that one error line.
+//! Logs (the client library's `tracing` output) are off unless
+//! `--log-level` or `WARDEN_LOG` asks for them (see warden-log), so that
+//! stderr carries only that one error line.
 
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -35,12 +36,15 @@ const SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, Parser)]
 #[command(
     name = "wardenctl",
-    version,
+    version = warden_log::VERSION,
     about = "Command-line client for Warden",
     long_about = "Command-line client for Warden. Each run opens a session, runs one command \
                   and closes the session, so ephemeral nodes it creates are deleted when it exits."
 )]
 struct Cli {
+    #[command(flatten)]
+    log: warden_log::LogArgs,
+
     /// Servers to connect to, "host:port,host:port".
     #[arg(
         long,
@@ -215,7 +219,10 @@ enum Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    if let Err(e) = warden_log::init(&cli.log, warden_log::Level::Off) {
+        eprintln!("error: BadArguments: {e}");
+        return ExitCode::from(2);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -263,15 +270,6 @@ fn warden_line(e: &warden_client::Error) -> String {
         }
         other => other.to_string(),
     }
-}
-
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(io::stderr)
-        .init();
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {

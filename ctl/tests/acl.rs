@@ -100,7 +100,8 @@ fn auth_getacl_setacl_and_create_acl() {
     let out = Command::new(env!("CARGO_BIN_EXE_wardenctl"))
         .args(["--servers", addr, "set", "/cfg", "v2"])
         .env("WARDEN_AUTH", "bob:bob-pw")
-        .env_remove("RUST_LOG")
+        .env_remove("WARDEN_LOG")
+        .env_remove("WARDEN_LOG_LEVEL")
         .stdin(Stdio::null())
         .output()
         .unwrap();

@@ -31,7 +31,8 @@ impl Candidate {
                 name,
                 id,
             ])
-            .env_remove("RUST_LOG")
+            .env_remove("WARDEN_LOG")
+            .env_remove("WARDEN_LOG_LEVEL")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

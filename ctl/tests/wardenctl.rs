@@ -305,7 +305,8 @@ fn unreachable_server_is_one_line_on_stderr() {
             "get",
             "/x",
         ])
-        .env_remove("RUST_LOG")
+        .env_remove("WARDEN_LOG")
+        .env_remove("WARDEN_LOG_LEVEL")
         .output()
         .expect("run wardenctl");
     assert_eq!(out.status.code(), Some(1));

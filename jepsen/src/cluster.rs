@@ -212,10 +212,7 @@ impl Cluster {
             .arg(opts.tick_ms.to_string())
             .arg("--snapshot-entries")
             .arg(opts.snapshot_entries.to_string())
-            .env(
-                "RUST_LOG",
-                "info,warden_server=debug,fjall=warn,lsm_tree=warn",
-            )
+            .env("WARDEN_LOG", "info,warden_server=debug")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);

@@ -16,10 +16,12 @@ use warden_jepsen::selftest;
 #[derive(Parser)]
 #[command(
     name = "warden-jepsen",
-    version,
+    version = warden_log::VERSION,
     about = "Fault-injection tests of a real Warden cluster"
 )]
 struct Cli {
+    #[command(flatten)]
+    log: warden_log::LogArgs,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -183,13 +185,10 @@ fn main() -> ExitCode {
         let code = warden_jepsen::workloads::ephemeral::holder_main(args);
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    if let Err(e) = warden_log::init(&cli.log, warden_log::Level::Warn) {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let code = runtime.block_on(async {
         match cli.command {

@@ -1,5 +1,11 @@
 //! Command-line flags and their defaults, validated once at start-up.
 //! `warden serve` with no flags runs a working single-node service.
+//!
+//! Every flag can also come from an environment variable (`WARDEN_` and
+//! the flag's name, `--tick-ms` is `WARDEN_TICK_MS`) or from a key of the
+//! `--config` file (`tick-ms = 50`, see [`file`]); a flag beats the
+//! environment, which beats the file, which beats the default. The rule
+//! is checked for every flag by a test, so a new flag cannot miss it.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,9 +17,17 @@ use warden_protocol::FRAME_BYTES_MAX;
 use crate::core::OUTBOUND_FRAMES_MAX;
 use crate::limits::{self, Limit, Limits};
 
+pub mod file;
+
 /// Flags of `warden serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
+    /// Read settings from this TOML file: keys are the long flags without
+    /// `--` (`tick-ms = 50`, `peers = "1=..."`, `join = true`,
+    /// `http-token = ["t=u:p"]`). A flag or an environment variable given
+    /// too wins over the file. `warden config check FILE` checks one.
+    #[arg(long, value_name = "FILE", env = "WARDEN_CONFIG")]
+    pub config: Option<PathBuf>,
     /// This server's id in the Raft group (non-zero, unique).
     #[arg(long, default_value_t = 1, env = "WARDEN_ID")]
     pub id: u64,
@@ -30,7 +44,7 @@ pub struct ServeArgs {
     /// disables it.
     #[arg(long, default_value = "127.0.0.1:2181", env = "WARDEN_ZK_LISTEN")]
     pub zk_listen: String,
-    /// Address for the HTTP API (lands with the HTTP issue; parsed now).
+    /// Address for the HTTP API (lock API, `/metrics`, `/health`).
     #[arg(long, default_value = "127.0.0.1:7200", env = "WARDEN_HTTP_LISTEN")]
     pub http_listen: SocketAddr,
     /// The Raft group: `ID=HOST:PORT,...` including this server. Empty:
@@ -40,42 +54,48 @@ pub struct ServeArgs {
     /// Join an existing group instead of forming one from --peers: the
     /// node starts empty and waits for the leader (after `wardenctl cluster
     /// add`). --peers must still list the members' addresses.
-    #[arg(long)]
+    #[arg(long, env = "WARDEN_JOIN")]
     pub join: bool,
     /// Raft tick.
     #[arg(long, default_value_t = 100, env = "WARDEN_TICK_MS")]
     pub tick_ms: u64,
     /// Ticks without a leader's heartbeat before a follower starts an
     /// election (randomized between this and twice this).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, env = "WARDEN_ELECTION_TICKS")]
     pub election_ticks: usize,
     /// Ticks between a leader's heartbeats; must be less than
     /// --election-ticks.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, env = "WARDEN_HEARTBEAT_TICKS")]
     pub heartbeat_ticks: usize,
     /// Smallest session timeout granted to clients.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, env = "WARDEN_MIN_SESSION_TIMEOUT_MS")]
     pub min_session_timeout_ms: u32,
     /// Largest session timeout granted to clients.
-    #[arg(long, default_value_t = 60_000)]
+    #[arg(long, default_value_t = 60_000, env = "WARDEN_MAX_SESSION_TIMEOUT_MS")]
     pub max_session_timeout_ms: u32,
     /// Take a snapshot every this many applied entries (or every
     /// --snapshot-bytes of them, whichever comes first). The log is kept
     /// apart from snapshots: see --max-log-bytes.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, env = "WARDEN_SNAPSHOT_ENTRIES")]
     pub snapshot_entries: u64,
     /// Take a snapshot once this many bytes of entries were applied since
     /// the last one.
-    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    #[arg(long, default_value_t = 64 * 1024 * 1024, env = "WARDEN_SNAPSHOT_BYTES")]
     pub snapshot_bytes: u64,
     /// The log is compacted only below what every member has, so a slow
     /// follower catches up from it; past this many bytes it is compacted up
     /// to the latest snapshot anyway, and a member that far behind is sent
     /// the snapshot.
-    #[arg(long, default_value_t = 256 * 1024 * 1024)]
+    #[arg(long, default_value_t = 256 * 1024 * 1024, env = "WARDEN_MAX_LOG_BYTES")]
     pub max_log_bytes: u64,
     /// Tests of clock skew only: add this to this server's wall clock.
-    #[arg(long, default_value_t = 0, hide = true, allow_negative_numbers = true)]
+    #[arg(
+        long,
+        default_value_t = 0,
+        hide = true,
+        allow_negative_numbers = true,
+        env = "WARDEN_CLOCK_OFFSET_MS"
+    )]
     pub clock_offset_ms: i64,
     /// This server's certificate chain (PEM). With --tls-key, the client,
     /// ZooKeeper and HTTP ports speak TLS only.
@@ -93,31 +113,31 @@ pub struct ServeArgs {
     pub tls_client_auth: crate::tls::ClientAuth,
     /// Connections one client IP may hold open (native and ZooKeeper doors
     /// together); the next one is refused with LimitExceeded and closed.
-    #[arg(long, default_value_t = limits::CONNECTIONS_PER_IP_MAX)]
+    #[arg(long, default_value_t = limits::CONNECTIONS_PER_IP_MAX, env = "WARDEN_MAX_CONNECTIONS_PER_IP")]
     pub max_connections_per_ip: usize,
     /// Live sessions in the service; a connect asking for a new one beyond
     /// it is refused with LimitExceeded (resuming one is always allowed).
-    #[arg(long, default_value_t = limits::SESSIONS_MAX)]
+    #[arg(long, default_value_t = limits::SESSIONS_MAX, env = "WARDEN_MAX_SESSIONS")]
     pub max_sessions: usize,
     /// Unanswered requests per connection before the server stops reading
     /// from it (back-pressure).
-    #[arg(long, default_value_t = limits::OUTSTANDING_REQUESTS_MAX)]
+    #[arg(long, default_value_t = limits::OUTSTANDING_REQUESTS_MAX, env = "WARDEN_MAX_OUTSTANDING_REQUESTS")]
     pub max_outstanding_requests: usize,
     /// Watches one session may hold on this server; a watch beyond it is
     /// refused with LimitExceeded.
-    #[arg(long, default_value_t = limits::WATCHES_PER_SESSION_MAX)]
+    #[arg(long, default_value_t = limits::WATCHES_PER_SESSION_MAX, env = "WARDEN_MAX_WATCHES_PER_SESSION")]
     pub max_watches_per_session: usize,
     /// Bytes queued to a connection that does not read: past half of it its
     /// reads wait, past all of it the connection is dropped.
-    #[arg(long, default_value_t = limits::QUEUED_BYTES_PER_CONNECTION_MAX)]
+    #[arg(long, default_value_t = limits::QUEUED_BYTES_PER_CONNECTION_MAX, env = "WARDEN_MAX_QUEUED_BYTES_PER_CONNECTION")]
     pub max_queued_bytes_per_connection: usize,
     /// Largest request frame, on both client doors (ZooKeeper's
     /// jute.maxbuffer).
-    #[arg(long, default_value_t = limits::REQUEST_BYTES_MAX)]
+    #[arg(long, default_value_t = limits::REQUEST_BYTES_MAX, env = "WARDEN_MAX_REQUEST_BYTES")]
     pub max_request_bytes: usize,
     /// Most children one get_children may answer with; a bigger node is
     /// refused with LimitExceeded.
-    #[arg(long, default_value_t = limits::CHILDREN_PER_REPLY_MAX)]
+    #[arg(long, default_value_t = limits::CHILDREN_PER_REPLY_MAX, env = "WARDEN_MAX_CHILDREN_PER_REPLY")]
     pub max_children_per_reply: usize,
     /// The super user, who passes every ACL check: `user:BASE64HASH`, as
     /// ZooKeeper's superDigest (`warden digest user:password` prints it).
@@ -130,12 +150,22 @@ pub struct ServeArgs {
     pub auth_users: Option<PathBuf>,
     /// A bearer token of the HTTP lock API and the digest identity it
     /// stands for (repeatable).
-    #[arg(long = "http-token", value_name = "TOKEN=USER:PASSWORD")]
+    /// (WARDEN_HTTP_TOKEN holds one; for several, or to keep tokens off
+    /// the command line, use --http-token-file.)
+    #[arg(
+        long = "http-token",
+        value_name = "TOKEN=USER:PASSWORD",
+        env = "WARDEN_HTTP_TOKEN"
+    )]
     pub http_tokens: Vec<String>,
+    /// A file of --http-token values, one `TOKEN=USER:PASSWORD` a line
+    /// (`#` comments), added to any --http-token.
+    #[arg(long, value_name = "FILE", env = "WARDEN_HTTP_TOKEN_FILE")]
+    pub http_token_file: Option<PathBuf>,
     /// The ACL of the nodes the HTTP lock API creates, in zkCli's text
     /// form (`digest:svc:HASH:cdrwa,world:anyone:r`); default
     /// world:anyone:cdrwa.
-    #[arg(long, value_name = "ACL")]
+    #[arg(long, value_name = "ACL", env = "WARDEN_HTTP_LOCK_ACL")]
     pub http_lock_acl: Option<String>,
 }
 
@@ -258,7 +288,11 @@ impl ServeArgs {
         let auth =
             crate::auth::AuthConfig::new(self.super_digest.as_deref(), self.auth_users.as_deref())
                 .map_err(ConfigError::Auth)?;
-        let http_tokens = parse_http_tokens(&self.http_tokens)?;
+        let mut token_specs = self.http_tokens.clone();
+        if let Some(path) = &self.http_token_file {
+            token_specs.extend(read_token_file(path)?);
+        }
+        let http_tokens = parse_http_tokens(&token_specs)?;
         let http_lock_acl = match &self.http_lock_acl {
             None => Vec::new(),
             Some(text) => warden_protocol::auth::parse_acl(text)
@@ -378,6 +412,31 @@ fn tls_files(args: &ServeArgs) -> Result<Option<crate::tls::TlsFiles>, ConfigErr
         }
         (None, None) => Ok(None),
     }
+}
+
+/// The `TOKEN=USER:PASSWORD` lines of an --http-token-file (blank lines
+/// and `#` comments skipped). Its errors name the file and line, never the
+/// secret.
+fn read_token_file(path: &std::path::Path) -> Result<Vec<String>, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::Auth(format!("--http-token-file {}: {e}", path.display())))?;
+    let mut specs = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        parse_http_tokens(&[line.to_string()]).map_err(|e| {
+            ConfigError::Auth(format!(
+                "--http-token-file {} line {}: {}",
+                path.display(),
+                n + 1,
+                e.to_string().trim_start_matches("--http-token: ")
+            ))
+        })?;
+        specs.push(line.to_string());
+    }
+    Ok(specs)
 }
 
 /// `TOKEN=user:password`, each token once.
@@ -527,6 +586,50 @@ mod tests {
             "4"
         ])
         .is_err());
+    }
+
+    #[test]
+    fn every_flag_has_its_environment_variable() {
+        use clap::CommandFactory as _;
+        let cmd = Cli::command();
+        let mut checked = 0;
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if long == "help" {
+                continue;
+            }
+            let want = format!("WARDEN_{}", long.to_uppercase().replace('-', "_"));
+            assert_eq!(
+                arg.get_env().and_then(|e| e.to_str()),
+                Some(want.as_str()),
+                "--{long}"
+            );
+            checked += 1;
+        }
+        assert!(checked > 30, "{checked}");
+    }
+
+    #[test]
+    fn http_tokens_come_from_a_file_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens");
+        std::fs::write(&path, "# tokens\n\nt2=carol:pw\n  t3=dan:a:b  \n").unwrap();
+        let file = path.to_str().unwrap();
+        let c = parse(&["--http-token", "t1=bob:pw", "--http-token-file", file]).unwrap();
+        let tokens: Vec<_> = c.http_tokens.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(tokens, ["t1", "t2", "t3"]);
+        assert_eq!(c.http_tokens[2].1, "dan:a:b");
+        // A token in both places is refused like one given twice.
+        assert!(parse(&["--http-token", "t2=x:y", "--http-token-file", file]).is_err());
+        // A bad line is named by its number, and the secret is not shown.
+        std::fs::write(&path, "t1=bob:pw\nsecret-without-user\n").unwrap();
+        let e = parse(&["--http-token-file", file]).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains(file), "{e}");
+        assert!(!e.contains("secret-without-user"), "{e}");
+        let e = parse(&["--http-token-file", "/nonexistent/tokens"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--http-token-file /nonexistent/tokens"), "{e}");
     }
 
     #[test]

@@ -99,6 +99,21 @@ pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// `main.rs`).
 pub const READY_LINE_PREFIX: &str = "warden listening client=";
 
+/// The client address of `warden serve`'s ready line, in either form: text
+/// (`warden listening client=ADDR ...`) or, with `--log-format json`
+/// (which a node inherits as `WARDEN_LOG_FORMAT`), a JSON object with
+/// `"message": "warden listening"` and `"client"`.
+pub fn ready_line_client(line: &str) -> Option<String> {
+    if let Some(rest) = line.strip_prefix(READY_LINE_PREFIX) {
+        return Some(rest.split_whitespace().next().unwrap_or("").to_string());
+    }
+    let value: serde_json::Value = serde_json::from_str(line).ok()?;
+    if value.get("message")?.as_str()? != "warden listening" {
+        return None;
+    }
+    value.get("client")?.as_str().map(str::to_string)
+}
+
 /// Start of the one line `local-cluster` prints on stdout.
 pub const SERVERS_LINE_PREFIX: &str = "WARDEN_SERVERS=";
 
@@ -610,10 +625,8 @@ async fn forward_stdout(
             }
         }
         if !ready_seen {
-            if let Some(client) = line.strip_prefix(READY_LINE_PREFIX) {
+            if let Some(client) = ready_line_client(&line) {
                 ready_seen = true;
-                // `client=ADDR`, then other fields (`zk=ADDR`).
-                let client = client.split_whitespace().next().unwrap_or("").to_string();
                 // Capacity is reserved for this event; a send error means
                 // `run` is gone, and then nobody needs it.
                 let _ = events.send(Event::Ready { id, client }).await;
@@ -893,6 +906,22 @@ mod sys {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ready_lines_are_read_in_both_formats() {
+        use super::ready_line_client;
+        let text = "warden listening client=127.0.0.1:7000 zk=127.0.0.1:2181 http=127.0.0.1:7200";
+        assert_eq!(ready_line_client(text).as_deref(), Some("127.0.0.1:7000"));
+        let json = r#"{"message":"warden listening","client":"127.0.0.1:7001","zk":null}"#;
+        assert_eq!(ready_line_client(json).as_deref(), Some("127.0.0.1:7001"));
+        for other in [
+            r#"{"message":"ready","client":"127.0.0.1:7001"}"#,
+            "warden starting client=127.0.0.1:7000",
+            "",
+        ] {
+            assert_eq!(ready_line_client(other), None, "{other}");
+        }
+    }
+
     use super::*;
     use clap::Parser;
 

@@ -1,20 +1,24 @@
 //! The `warden` binary.
 
-use std::io::{IsTerminal as _, Write as _};
+use std::ffi::OsString;
+use std::io::Write as _;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
-use tracing_subscriber::EnvFilter;
-use warden_server::config::ServeArgs;
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
+use warden_log::{Level, LogArgs, LogFormat};
+use warden_server::config::{self, ServeArgs};
 use warden_server::local_cluster::{self, LocalClusterArgs};
 
 #[derive(Parser)]
 #[command(
     name = "warden",
-    version,
+    version = warden_log::VERSION,
     about = "Warden: a coordination service (znodes, sessions, watches) replicated with Raft"
 )]
 struct Cli {
+    #[command(flatten)]
+    log: LogArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -24,7 +28,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a server. With no flags: a single-node service on 127.0.0.1:7000,
-    /// data in ./warden-data.
+    /// data in ./warden-data. Every flag has an environment variable
+    /// (WARDEN_ and the flag's name) and a key in --config's file.
     Serve(ServeArgs),
     /// Run a 3- or 5-node cluster on this machine (one `warden serve` child
     /// per node), print its connect string as `WARDEN_SERVERS=...`, and
@@ -40,19 +45,79 @@ enum Command {
         /// USER:PASSWORD (the password may contain colons).
         credentials: String,
     },
+    /// Configuration files of `warden serve --config`.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Check FILE as `warden serve --config FILE` would read it, without
+    /// the environment: unknown keys, bad values and flags that do not go
+    /// together are reported, naming the key. Exits 1 if any.
+    Check {
+        /// A TOML file of `key = value` lines, keys named like the flags.
+        file: PathBuf,
+    },
+}
+
+/// Parses the command line; for `serve --config FILE`, again with the
+/// file's settings added where neither a flag nor an environment variable
+/// gave one (flag > environment > file > default). Exits on a usage error.
+fn parse() -> Result<Cli, String> {
+    let mut argv: Vec<OsString> = std::env::args_os().collect();
+    let mut cmd = Cli::command();
+    let matches = cmd
+        .try_get_matches_from_mut(&argv)
+        .unwrap_or_else(|e| e.exit());
+    let extra = match matches.subcommand() {
+        Some(("serve", serve)) => match serve.get_one::<PathBuf>("config") {
+            Some(file) => {
+                let serve_cmd = cmd.find_subcommand("serve").expect("serve is a subcommand");
+                config::file::args_for(file, serve_cmd, Some(serve)).map_err(|e| e.to_string())?
+            }
+            None => Vec::new(),
+        },
+        _ => Vec::new(),
+    };
+    let matches = if extra.is_empty() {
+        matches
+    } else {
+        argv.extend(extra);
+        cmd.try_get_matches_from_mut(&argv)
+            .unwrap_or_else(|e| e.exit())
+    };
+    Ok(Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit()))
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_env("WARDEN_LOG")
-                .unwrap_or_else(|_| EnvFilter::new("info,fjall=warn,lsm_tree=warn")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    let cli = match parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = warden_log::init(&cli.log, Level::Info) {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
+    let format = cli.log.log_format;
     match cli.command {
+        Command::Config(ConfigCommand::Check { file }) => {
+            match config::file::check(&file, &Cli::command()) {
+                Ok(keys) => {
+                    println!("{}: ok ({keys} settings)", file.display());
+                    ExitCode::SUCCESS
+                }
+                Err(problems) => {
+                    for problem in problems.0 {
+                        eprintln!("error: {problem}");
+                    }
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Digest { credentials } => match warden_protocol::auth::digest_id(&credentials) {
             Ok(id) => {
                 println!("{id}");
@@ -78,13 +143,7 @@ fn main() -> ExitCode {
             let result = rt.block_on(async {
                 let shutdown = shutdown_signal();
                 warden_server::serve::serve(cfg, shutdown, |bound| {
-                    // Tests and scripts wait for this line, and read it field by
-                    // field (`name=value`), so fields may be added.
-                    let zk = bound.zk.map(|zk| format!(" zk={zk}")).unwrap_or_default();
-                    println!(
-                        "warden listening client={}{zk} http={}",
-                        bound.client, bound.http
-                    );
+                    println!("{}", ready_line(&bound, format));
                     let _ = std::io::stdout().flush();
                 })
                 .await
@@ -112,6 +171,15 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            // The nodes inherit the environment: they log as the
+            // supervisor was asked to (set before any thread starts).
+            use clap::ValueEnum as _;
+            if let Some(v) = cli.log.log_level.and_then(|l| l.to_possible_value()) {
+                std::env::set_var("WARDEN_LOG_LEVEL", v.get_name());
+            }
+            if let Some(v) = format.to_possible_value() {
+                std::env::set_var("WARDEN_LOG_FORMAT", v.get_name());
+            }
             // A supervisor of a few child processes: one thread is plenty.
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -125,6 +193,34 @@ fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// The line printed on stdout when clients can connect. Tests and scripts
+/// wait for it: as text (`warden listening client=ADDR zk=ADDR http=ADDR
+/// peer=ADDR`, read field by field, so fields may be added) or, with
+/// `--log-format json`, as a JSON object with the same fields, so that
+/// everything the process prints is JSON.
+fn ready_line(bound: &warden_server::serve::Bound, format: LogFormat) -> String {
+    match format {
+        LogFormat::Text => {
+            let zk = bound.zk.map(|zk| format!(" zk={zk}")).unwrap_or_default();
+            format!(
+                "{}{}{zk} http={} peer={}",
+                local_cluster::READY_LINE_PREFIX,
+                bound.client,
+                bound.http,
+                bound.peer
+            )
+        }
+        LogFormat::Json => serde_json::json!({
+            "message": "warden listening",
+            "client": bound.client.to_string(),
+            "zk": bound.zk.map(|zk| zk.to_string()),
+            "http": bound.http.to_string(),
+            "peer": bound.peer.to_string(),
+        })
+        .to_string(),
     }
 }
 

@@ -36,6 +36,8 @@ pub struct Bound {
     pub zk: Option<SocketAddr>,
     /// The HTTP door's address (lock API, `/metrics`, `/health`).
     pub http: SocketAddr,
+    /// Where peers' Raft traffic comes in.
+    pub peer: SocketAddr,
 }
 
 /// Runs a server until `shutdown` completes. `on_ready` is called once with
@@ -86,6 +88,33 @@ pub async fn serve(
             addr: cfg.http_listen,
             source,
         })?;
+    let peer_addr = peer_listener
+        .local_addr()
+        .map_err(|source| ServeError::Listen {
+            addr: cfg.peer_listen,
+            source,
+        })?;
+    // The one start-up line: what runs, and where, before waiting for a
+    // quorum (which may take long); the core logs `ready` when it serves.
+    let peers = cfg
+        .peers
+        .iter()
+        .map(|p| format!("{}={}", p.id, p.addr))
+        .collect::<Vec<_>>()
+        .join(",");
+    info!(
+        version = warden_log::VERSION,
+        id = cfg.id,
+        %client,
+        peer = %peer_addr,
+        zk = %zk_addr.map_or_else(|| "off".to_string(), |a| a.to_string()),
+        http = %http_addr,
+        data_dir = %cfg.data_dir.display(),
+        %peers,
+        join = cfg.join,
+        tls = cfg.tls.is_some(),
+        "warden starting"
+    );
     let stop_peers = CancellationToken::new();
     let (peer_tx, peer_rx) = mpsc::channel::<transport::PeerEvent>(PEER_INBOX_MAX);
     tokio::spawn(transport::listen(
@@ -142,15 +171,11 @@ pub async fn serve(
     }
 
     if !stopping {
-        info!(%client, id = cfg.id, data_dir = %cfg.data_dir.display(), tls = cfg.tls.is_some(), "listening");
-        if let Some(zk) = zk_addr {
-            info!(%zk, "ZooKeeper clients welcome");
-        }
-        info!(http = %http_addr, "HTTP door open");
         on_ready(Bound {
             client,
             zk: zk_addr,
             http: http_addr,
+            peer: peer_addr,
         });
     }
 

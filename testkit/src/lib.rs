@@ -224,6 +224,13 @@ impl Process {
             // one will do (tests run many servers side by side).
             cmd.arg("--peer-listen").arg("127.0.0.1:0");
         }
+        // Every flag of `warden serve` has a WARDEN_* variable: a test's
+        // server takes only what the test passes, not the caller's.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("WARDEN_") {
+                cmd.env_remove(name);
+            }
+        }
         cmd.args(&self.opts.extra_args)
             .env("WARDEN_LOG", SERVER_LOG_FILTER)
             .stdin(Stdio::null())

@@ -568,7 +568,7 @@ impl Clients {
             return;
         }
         if let Some(c) = self.conns.get(&conn) {
-            info!(
+            debug!(
                 session_id = format_args!("{:#x}", resp.session_id),
                 peer = %c.peer,
                 timeout_ms = resp.timeout_ms,

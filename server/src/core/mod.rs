@@ -442,7 +442,7 @@ impl Core {
             return;
         }
         for id in self.m.sessions.take_expired(Instant::now()) {
-            info!(session_id = format_args!("{id:#x}"), "session expired");
+            debug!(session_id = format_args!("{id:#x}"), "session expired");
             let txn = Txn {
                 kind: Some(Kind::CloseSession(proto::CloseSessionTxn {
                     session_id: id,
