@@ -3,7 +3,7 @@
 //!
 //! Every flag can also come from an environment variable (`WARDEN_` and
 //! the flag's name, `--tick-ms` is `WARDEN_TICK_MS`) or from a key of the
-//! `--config` file (`tick-ms = 50`, see [`file`]); a flag beats the
+//! `--config` file (`tick-ms = 50`, see [`file`](mod@file)); a flag beats the
 //! environment, which beats the file, which beats the default. The rule
 //! is checked for every flag by a test, so a new flag cannot miss it.
 
