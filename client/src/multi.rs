@@ -114,6 +114,7 @@ pub(crate) fn create_request(
         sequential: options.sequential,
         container: options.container,
         ttl_ms,
+        data_null: false,
     })
 }
 
@@ -161,6 +162,7 @@ fn encode_one(op: &Op) -> Result<pb::multi_op::Op> {
                 path: path.clone(),
                 data: data.clone(),
                 version: *version,
+                data_null: false,
             })
         }
         Op::Check { path, version } => {

@@ -34,6 +34,7 @@ fn set_data(data_bytes: usize) -> pb::ClientFrame {
         path: "/bench/clients/c17".into(),
         data: vec![0xa5; data_bytes],
         version: Some(3),
+        data_null: false,
     }))
 }
 

@@ -45,6 +45,7 @@ fn bench(c: &mut Criterion) {
                             path: format!("/bench/n{i}"),
                             data: vec![1u8; 64],
                             version: None,
+                            data_null: false,
                         })),
                         ..Default::default()
                     };

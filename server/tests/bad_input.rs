@@ -70,6 +70,7 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
             path: "/keep".into(),
             data: vec![0u8; warden_protocol::DATA_BYTES_MAX + 1],
             version: None,
+            data_null: false,
         }),
     );
     assert_eq!(code(&r), ErrorCode::DataTooLarge);

@@ -101,6 +101,7 @@ fn set_data(path: &str, data: &[u8]) -> Op {
         path: path.into(),
         data: data.to_vec(),
         version: None,
+        data_null: false,
     })
 }
 

@@ -54,6 +54,7 @@ fn retried_writes_apply_once(first: &str, second: &str) {
             path: "/q".into(),
             data: b"once".to_vec(),
             version: Some(0),
+            data_null: false,
         }),
     );
     drop(a);
@@ -80,6 +81,7 @@ fn retried_writes_apply_once(first: &str, second: &str) {
             path: "/q".into(),
             data: b"once".to_vec(),
             version: Some(0),
+            data_null: false,
         }),
     );
     let retry4 = b.response();

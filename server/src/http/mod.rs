@@ -1,5 +1,6 @@
 //! The HTTP door: the REST lock API (`/api/v1/locks/...`), `/health`,
-//! `/status` and `/metrics`.
+//! `/status`, `/metrics`, and ZooKeeper's AdminServer commands
+//! (`/commands/...`, [`admin`]).
 //!
 //! A thin adapter like the other doors. `/health` and `/status` ask the
 //! core for its member view; the lock API is a *client* of this very
@@ -7,6 +8,7 @@
 //! no lock semantics of its own: every rule lives in the recipe and the
 //! pipeline behind it. This module must never touch the tree directly.
 
+pub(crate) mod admin;
 mod health;
 mod limited;
 pub(crate) mod locks;
@@ -106,6 +108,8 @@ fn router(state: Arc<Http>) -> Router {
         .route("/health", get(health::health))
         .route("/status", get(health::status))
         .route("/metrics", get(metrics::metrics))
+        .route("/commands", get(admin::list))
+        .route("/commands/{name}", get(admin::command))
         .route("/api/v1/openapi.json", get(openapi))
         .route("/api/v1/locks/acquire", post(locks::acquire_alt))
         .route("/api/v1/locks/renew", post(locks::renew_alt))

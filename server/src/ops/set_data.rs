@@ -7,12 +7,13 @@ use crate::proto::{txn::Kind, SetDataTxn, Txn};
 
 pub(super) fn validate(r: &pb::SetDataRequest) -> Result<SetDataTxn, Failure> {
     check_path(&r.path)?;
-    check_data(&r.data, &r.path)?;
+    check_data(&r.data, r.data_null, &r.path)?;
     check_version(r.version, &r.path)?;
     Ok(SetDataTxn {
         path: r.path.clone(),
         data: r.data.clone(),
         version: r.version,
+        data_null: r.data_null,
     })
 }
 

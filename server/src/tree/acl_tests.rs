@@ -106,6 +106,7 @@ fn set_data(path: &str, data: &[u8]) -> Kind {
         path: path.into(),
         data: data.to_vec(),
         version: None,
+        data_null: false,
     })
 }
 

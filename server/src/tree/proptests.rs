@@ -227,6 +227,8 @@ fn build_create(tree: &DataTree, c: &CreateSpec) -> CreateTxn {
         container: c.container,
         ttl_ms: c.ttl_ms,
         session_id: c.session_id,
+        // Null data for empty creates: snapshots and undo must keep it.
+        data_null: c.data_len == 0,
     }
 }
 
@@ -259,6 +261,7 @@ fn build(tree: &DataTree, time_ms: i64, spec: &Spec) -> Option<Txn> {
             path: resolve(tree, t),
             data: vec![b's'; *n],
             version: *version,
+            data_null: *n == 0,
         }),
         Spec::SetAcl(t, empty, aversion) => Kind::SetAcl(SetAclTxn {
             path: resolve(tree, t),
@@ -287,6 +290,7 @@ fn build(tree: &DataTree, time_ms: i64, spec: &Spec) -> Option<Txn> {
                             path: resolve(tree, t),
                             data: b"m".to_vec(),
                             version: *version,
+                            data_null: false,
                         }),
                         MultiSpec::Check(t, version) => Op::Check(CheckTxn {
                             path: resolve(tree, t),

@@ -126,6 +126,7 @@ fn set_data(path: &str, data: &[u8], version: Option<i32>) -> Kind {
         path: path.to_string(),
         data: data.to_vec(),
         version,
+        data_null: false,
     })
 }
 
@@ -520,6 +521,7 @@ fn tree_with_cversion(cversion: i32) -> Log {
         }),
         container: false,
         ttl_ms: 0,
+        data_null: false,
     });
     Log {
         tree: DataTree::from_snapshot(&snap).unwrap(),
@@ -755,6 +757,7 @@ fn multi_ops_see_earlier_ops() {
             path: "/a/b".into(),
             data: b"x".to_vec(),
             version: Some(0),
+            data_null: false,
         }),
         Op::Check(CheckTxn {
             path: "/a/b".into(),
@@ -831,6 +834,7 @@ fn failed_multi_restores_exact_state() {
             path: "/q/old".into(),
             data: b"after".to_vec(),
             version: None,
+            data_null: false,
         }),
         Op::Delete(DeleteTxn {
             path: "/q/old".into(),
