@@ -22,7 +22,7 @@ use bytes::BytesMut;
 use futures::{SinkExt, StreamExt};
 use tokio::io::WriteHalf;
 use tokio::sync::mpsc;
-use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
+use tokio_util::codec::{Decoder, FramedRead, FramedWrite, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, Instrument};
 use warden_protocol::pb::{self, server_frame::Kind as Push, ErrorCode};
@@ -84,11 +84,18 @@ async fn run(
     let _ = stream.set_nodelay(true);
     let (rd, wr) = stream.into_split();
     let limits = &limiter.limits;
-    let frames = if limits.zk_packet_bytes <= limits.request_bytes {
+    let mut frames = if limits.zk_packet_bytes <= limits.request_bytes {
         BoundedFrames::new(limits.zk_packet_bytes, Limit::ZkPacketBytes.flag())
     } else {
         BoundedFrames::new(limits.request_bytes, Limit::RequestBytes.flag())
     };
+    // The announced length is known already: over the bound, close now
+    // (ZooKeeper's answer to four bytes that are no word, too) rather
+    // than wait for bytes that will not come.
+    if let Err(e) = frames.decode(&mut BytesMut::from(&first4[..])) {
+        frame_refused(&e, &limiter, peer);
+        return;
+    }
     let mut reader = FramedRead::new(rd, frames);
     // The listener already read the length of the first frame (to tell a
     // four-letter word from a handshake): put it back.
