@@ -304,8 +304,13 @@ mod tests {
         for l in ALL {
             assert!(l.index() < LIMITS);
             assert_eq!(Limit::named_in(&message(l, 1, "x")), Some(l));
+            // `--max-request-bytes` is request_bytes, and the ZooKeeper
+            // door's `--zk-max-packet-bytes` zk_packet_bytes.
             assert_eq!(
-                l.flag().trim_start_matches("--max-").replace('-', "_"),
+                l.flag()
+                    .trim_start_matches("--")
+                    .replace("max-", "")
+                    .replace('-', "_"),
                 l.name()
             );
         }

@@ -285,7 +285,7 @@ impl Clients {
     /// [`Self::push`]; `admitted`: queue it even past the byte bound (the
     /// answer to a read, which waited for room before it was served).
     fn push_sized(&mut self, conn: ConnId, frame: pb::ServerFrame, admitted: bool) {
-        let Some(c) = self.conns.get(&conn) else {
+        let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
         let len = frame_bytes(&frame);
@@ -309,9 +309,7 @@ impl Clients {
         match c.out.try_send_sized(frame, len) {
             Ok(()) => {
                 self.figures.sent += 1;
-                if let Some(c) = self.conns.get_mut(&conn) {
-                    c.figures.sent += 1;
-                }
+                c.figures.sent += 1;
             }
             Err(PushError::Full) => {
                 let msg = format!(
