@@ -116,7 +116,20 @@ impl Client {
         data: &[u8],
         options: CreateOptions,
     ) -> Result<(String, Stat)> {
-        let request = multi::create_request(path, data, &options)?;
+        self.create_or_null(path, Some(data), options).await
+    }
+
+    /// Like [`create`](Self::create); `None` creates the node with null
+    /// data (ZooKeeper's `create(path, null, ...)`), which
+    /// [`get_data_or_null`](Self::get_data_or_null) tells from empty data.
+    pub async fn create_or_null(
+        &self,
+        path: &str,
+        data: Option<&[u8]>,
+        options: CreateOptions,
+    ) -> Result<(String, Stat)> {
+        let mut request = multi::create_request(path, data.unwrap_or_default(), &options)?;
+        request.data_null = data.is_none();
         let response = self
             .call(path, pb::request::Op::Create(request), None)
             .await?;
@@ -142,7 +155,17 @@ impl Client {
 
     /// Replaces the data of `path` (if its version matches, given one).
     pub async fn set_data(&self, path: &str, data: &[u8], version: Option<i32>) -> Result<Stat> {
-        self.set_data_ttl_ms(path, data, version, 0).await
+        self.set_data_on_the_wire(path, Some(data), version, 0).await
+    }
+
+    /// Like [`set_data`](Self::set_data); `None` sets the data to null.
+    pub async fn set_data_or_null(
+        &self,
+        path: &str,
+        data: Option<&[u8]>,
+        version: Option<i32>,
+    ) -> Result<Stat> {
+        self.set_data_on_the_wire(path, data, version, 0).await
     }
 
     /// Like [`set_data`](Self::set_data), and gives the node `ttl` as its
@@ -157,24 +180,26 @@ impl Client {
         ttl: Duration,
     ) -> Result<Stat> {
         let ttl_ms = CreateOptions::with_ttl(ttl).validate(path)?;
-        self.set_data_ttl_ms(path, data, version, ttl_ms).await
+        self.set_data_on_the_wire(path, Some(data), version, ttl_ms)
+            .await
     }
 
-    /// set_data on the wire; `ttl_ms` 0 keeps the TTL.
-    async fn set_data_ttl_ms(
+    /// set_data on the wire: `None` is null data; `ttl_ms` 0 keeps the TTL.
+    async fn set_data_on_the_wire(
         &self,
         path: &str,
-        data: &[u8],
+        data: Option<&[u8]>,
         version: Option<i32>,
         ttl_ms: u64,
     ) -> Result<Stat> {
         check_path(path)?;
-        check_data(path, data)?;
+        check_data(path, data.unwrap_or_default())?;
         let op = pb::request::Op::SetData(pb::SetDataRequest {
             path: path.to_string(),
-            data: data.to_vec(),
+            data: data.unwrap_or_default().to_vec(),
             version,
             ttl_ms,
+            data_null: data.is_none(),
         });
         let response = self.call(path, op, None).await?;
         match response.result {
@@ -183,8 +208,17 @@ impl Client {
         }
     }
 
-    /// The data and stat of `path`.
+    /// The data and stat of `path`. Null data reads as empty here; see
+    /// [`get_data_or_null`](Self::get_data_or_null).
     pub async fn get_data(&self, path: &str) -> Result<(Vec<u8>, Stat)> {
+        let (data, stat, _) = self.get_data_as(path, Read::Local).await?;
+        Ok((data.unwrap_or_default(), stat))
+    }
+
+    /// The data and stat of `path`; `None` for null data (a node created
+    /// or last set without any, as ZooKeeper clients can), as distinct
+    /// from empty data.
+    pub async fn get_data_or_null(&self, path: &str) -> Result<(Option<Vec<u8>>, Stat)> {
         let (data, stat, _) = self.get_data_as(path, Read::Local).await?;
         Ok((data, stat))
     }
@@ -193,21 +227,25 @@ impl Client {
     /// before the call (a Raft ReadIndex round on the server).
     pub async fn get_data_linearizable(&self, path: &str) -> Result<(Vec<u8>, Stat)> {
         let (data, stat, _) = self.get_data_as(path, Read::Linearizable).await?;
-        Ok((data, stat))
+        Ok((data.unwrap_or_default(), stat))
     }
 
     /// Like [`get_data`](Self::get_data), and sets a one-shot watch that
     /// fires on the node's next data change or deletion.
     pub async fn get_data_watch(&self, path: &str) -> Result<(Vec<u8>, Stat, OneshotWatch)> {
         let (data, stat, watch) = self.get_data_as(path, Read::Watch).await?;
-        Ok((data, stat, watch.ok_or_else(|| malformed(path))?))
+        Ok((
+            data.unwrap_or_default(),
+            stat,
+            watch.ok_or_else(|| malformed(path))?,
+        ))
     }
 
     async fn get_data_as(
         &self,
         path: &str,
         read: Read,
-    ) -> Result<(Vec<u8>, Stat, Option<OneshotWatch>)> {
+    ) -> Result<(Option<Vec<u8>>, Stat, Option<OneshotWatch>)> {
         check_path(path)?;
         let op = pb::request::Op::GetData(pb::GetDataRequest {
             path: path.to_string(),
@@ -218,7 +256,8 @@ impl Client {
         let response = self.call(path, op, registration).await?;
         match response.result {
             Some(pb::response::Result::GetData(got)) => {
-                Ok((got.data, required(got.stat, path)?, watch))
+                let data = (!got.data_null).then_some(got.data);
+                Ok((data, required(got.stat, path)?, watch))
             }
             _ => Err(malformed(path)),
         }

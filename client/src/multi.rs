@@ -114,6 +114,7 @@ pub(crate) fn create_request(
         sequential: options.sequential,
         container: options.container,
         ttl_ms,
+        data_null: false,
     })
 }
 
@@ -162,6 +163,7 @@ fn encode_one(op: &Op) -> Result<pb::multi_op::Op> {
                 data: data.clone(),
                 version: *version,
                 ttl_ms: 0,
+                data_null: false,
             })
         }
         Op::Check { path, version } => {

@@ -35,6 +35,7 @@ fn set_data(data_bytes: usize) -> pb::ClientFrame {
         data: vec![0xa5; data_bytes],
         version: Some(3),
         ttl_ms: 0,
+        data_null: false,
     }))
 }
 

@@ -46,6 +46,7 @@ fn bench(c: &mut Criterion) {
                             data: vec![1u8; 64],
                             version: None,
                             ttl_ms: 0,
+                            data_null: false,
                         })),
                         ..Default::default()
                     };

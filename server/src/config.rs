@@ -139,6 +139,11 @@ pub struct ServeArgs {
     /// refused with LimitExceeded.
     #[arg(long, default_value_t = limits::CHILDREN_PER_REPLY_MAX, env = "WARDEN_MAX_CHILDREN_PER_REPLY")]
     pub max_children_per_reply: usize,
+    /// Largest request packet on the ZooKeeper port (ZooKeeper's
+    /// jute.maxbuffer, default 0xfffff): a larger one closes the client's
+    /// connection, as ZooKeeper does.
+    #[arg(long, default_value_t = limits::ZK_PACKET_BYTES_MAX)]
+    pub zk_max_packet_bytes: usize,
     /// The super user, who passes every ACL check: `user:BASE64HASH`, as
     /// ZooKeeper's superDigest (`warden digest user:password` prints it).
     #[arg(long, value_name = "USER:BASE64HASH", env = "WARDEN_SUPER_DIGEST")]
@@ -379,6 +384,12 @@ impl ServeArgs {
                 self.max_children_per_reply,
                 1,
                 usize::MAX,
+            )?,
+            zk_packet_bytes: check(
+                Limit::ZkPacketBytes,
+                self.zk_max_packet_bytes,
+                limits::REQUEST_BYTES_MIN,
+                FRAME_BYTES_MAX,
             )?,
         })
     }

@@ -555,6 +555,7 @@ fn server_frames(tree: &DataTree) -> Vec<pb::ServerFrame> {
             pb::response::Result::GetData(pb::GetDataResponse {
                 data: data.to_vec(),
                 stat: Some(stat),
+                data_null: false,
             }),
         ),
         response(

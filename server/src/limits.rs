@@ -18,7 +18,9 @@
 //!   SetWatches would add one;
 //! - bytes queued to a slow reader: the core's push to the connection's
 //!   outbound queue ([`crate::outbound`]);
-//! - request size: the frame decoders, before allocating for the body;
+//! - request size: the frame decoders, before allocating for the body
+//!   (on the ZooKeeper door also `--zk-max-packet-bytes`, ZooKeeper's
+//!   jute.maxbuffer: a larger packet closes the connection, as there);
 //! - children per reply: get_children.
 
 use std::collections::HashMap;
@@ -57,6 +59,11 @@ pub const REQUEST_BYTES_MAX: usize = FRAME_BYTES_MAX;
 /// limit; ours keeps one reply (built in memory, then encoded) well inside
 /// the frame bound for names of up to ~150 bytes.
 pub const CHILDREN_PER_REPLY_MAX: usize = 100_000;
+/// Largest request packet on the ZooKeeper door: ZooKeeper's
+/// `jute.maxbuffer` default (0xfffff). ZooKeeper closes the connection of
+/// a client that sends a larger one, and its clients expect exactly that
+/// (ConnectionLoss), so the ZooKeeper door does the same.
+pub const ZK_PACKET_BYTES_MAX: usize = 0xfffff;
 /// Smallest --max-request-bytes: room for a ConnectRequest and a short
 /// path.
 pub const REQUEST_BYTES_MIN: usize = 1024;
@@ -71,6 +78,9 @@ pub struct Limits {
     pub queued_bytes_per_connection: usize,
     pub request_bytes: usize,
     pub children_per_reply: usize,
+    /// The ZooKeeper door's packet bound (the smaller of this and
+    /// `request_bytes` applies there).
+    pub zk_packet_bytes: usize,
 }
 
 impl Default for Limits {
@@ -83,6 +93,7 @@ impl Default for Limits {
             queued_bytes_per_connection: QUEUED_BYTES_PER_CONNECTION_MAX,
             request_bytes: REQUEST_BYTES_MAX,
             children_per_reply: CHILDREN_PER_REPLY_MAX,
+            zk_packet_bytes: ZK_PACKET_BYTES_MAX,
         }
     }
 }
@@ -97,9 +108,10 @@ pub enum Limit {
     QueuedBytesPerConnection,
     RequestBytes,
     ChildrenPerReply,
+    ZkPacketBytes,
 }
 
-const LIMITS: usize = 7;
+const LIMITS: usize = 8;
 const ALL: [Limit; LIMITS] = [
     Limit::ConnectionsPerIp,
     Limit::Sessions,
@@ -108,6 +120,7 @@ const ALL: [Limit; LIMITS] = [
     Limit::QueuedBytesPerConnection,
     Limit::RequestBytes,
     Limit::ChildrenPerReply,
+    Limit::ZkPacketBytes,
 ];
 
 impl Limit {
@@ -120,6 +133,7 @@ impl Limit {
             Limit::QueuedBytesPerConnection => "queued_bytes_per_connection",
             Limit::RequestBytes => "request_bytes",
             Limit::ChildrenPerReply => "children_per_reply",
+            Limit::ZkPacketBytes => "zk_packet_bytes",
         }
     }
 
@@ -132,6 +146,7 @@ impl Limit {
             Limit::QueuedBytesPerConnection => "--max-queued-bytes-per-connection",
             Limit::RequestBytes => "--max-request-bytes",
             Limit::ChildrenPerReply => "--max-children-per-reply",
+            Limit::ZkPacketBytes => "--zk-max-packet-bytes",
         }
     }
 
@@ -289,8 +304,13 @@ mod tests {
         for l in ALL {
             assert!(l.index() < LIMITS);
             assert_eq!(Limit::named_in(&message(l, 1, "x")), Some(l));
+            // `--max-request-bytes` is request_bytes, and the ZooKeeper
+            // door's `--zk-max-packet-bytes` zk_packet_bytes.
             assert_eq!(
-                l.flag().trim_start_matches("--max-").replace('-', "_"),
+                l.flag()
+                    .trim_start_matches("--")
+                    .replace("max-", "")
+                    .replace('-', "_"),
                 l.name()
             );
         }

@@ -347,6 +347,19 @@ impl WatchRegistry {
     pub fn is_empty(&self) -> bool {
         self.by_conn.is_empty()
     }
+
+    /// The paths each connection watches (any kind, each path once),
+    /// sorted: ZooKeeper's `wchc`.
+    pub fn paths_by_conn(&self) -> Vec<(ConnId, Vec<String>)> {
+        self.by_conn
+            .iter()
+            .filter(|(_, watches)| !watches.is_empty())
+            .map(|(conn, watches)| {
+                let paths: BTreeSet<&String> = watches.iter().map(|(_, p)| p).collect();
+                (*conn, paths.into_iter().cloned().collect())
+            })
+            .collect()
+    }
 }
 
 /// The ACL that decides who may hear of `trigger`: the node's own, or for
@@ -527,6 +540,7 @@ mod tests {
                 data: b"x".to_vec(),
                 version: None,
                 ttl_ms: 0,
+                data_null: false,
             })),
         );
         new.apply(

@@ -71,6 +71,7 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
             data: vec![0u8; warden_protocol::DATA_BYTES_MAX + 1],
             version: None,
             ttl_ms: 0,
+            data_null: false,
         }),
     );
     assert_eq!(code(&r), ErrorCode::DataTooLarge);

@@ -102,6 +102,7 @@ fn set_data(path: &str, data: &[u8]) -> Op {
         data: data.to_vec(),
         version: None,
         ttl_ms: 0,
+        data_null: false,
     })
 }
 

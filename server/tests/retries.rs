@@ -55,6 +55,7 @@ fn retried_writes_apply_once(first: &str, second: &str) {
             data: b"once".to_vec(),
             version: Some(0),
             ttl_ms: 0,
+            data_null: false,
         }),
     );
     drop(a);
@@ -82,6 +83,7 @@ fn retried_writes_apply_once(first: &str, second: &str) {
             data: b"once".to_vec(),
             version: Some(0),
             ttl_ms: 0,
+            data_null: false,
         }),
     );
     let retry4 = b.response();

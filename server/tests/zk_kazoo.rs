@@ -1,9 +1,11 @@
 //! The ZooKeeper port driven by a real third-party ZooKeeper client:
 //! Python's `kazoo` (from PyPI, installed by this test into a virtual
 //! environment under `target/`), running the pytest suite in
-//! `tests/zk/test_kazoo.py` against a real single server, and
+//! `tests/zk/test_kazoo.py` against a real single server,
 //! `tests/zk/cluster_run.py` against a 3-node cluster whose leader is killed
-//! mid-run.
+//! mid-run, and `tests/zk/test_kazoo_cluster.py` (server_version,
+//! transactions, LockingQueue, null data, the packet limit, four-letter
+//! words and AdminServer commands) against a 3-node cluster.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -42,6 +44,38 @@ fn kazoo_suite_against_one_server() {
         server.log()
     );
     assert!(stdout.contains("passed"), "{stdout}");
+}
+
+/// ZooKeeper compatibility on three nodes (`tests/zk/test_kazoo_cluster.py`).
+#[test]
+fn kazoo_compatibility_suite_against_three_nodes() {
+    let venv = venv();
+    let cluster = Cluster::start(3);
+    let ids = cluster.node_ids();
+    let list =
+        |f: &dyn Fn(usize) -> String| ids.iter().map(|&i| f(i)).collect::<Vec<_>>().join(",");
+    let out = Command::new(venv.join("bin/python"))
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .arg(zk_dir().join("test_kazoo_cluster.py"))
+        .env("WARDEN_ZK_HOSTS", cluster.zk_servers())
+        .env("WARDEN_ZK_NODES", list(&|i| cluster.zk_addr(i).to_string()))
+        .env(
+            "WARDEN_HTTP_NODES",
+            list(&|i| cluster.http_addr(i).to_string()),
+        )
+        .output()
+        .expect("run pytest");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kazoo compatibility suite failed:\n{stdout}\n{}\nnode logs:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        ids.iter()
+            .map(|&i| format!("--- node {i}\n{}", cluster.log(i)))
+            .collect::<String>()
+    );
+    assert!(stdout.contains("passed"), "{stdout}");
+    println!("{stdout}");
 }
 
 /// The leader, as the cluster reports it.

@@ -29,6 +29,38 @@ fn four_letter_words_answer() {
     assert!(mntr.contains("zk_znode_count\t"), "{mntr}");
     let conf = four_letter(server.zk_addr(), "conf");
     assert!(conf.contains("clientPort="), "{conf}");
+    // Every word ZooKeeper 3.8 has gets its answer from a standalone
+    // server; the AdminServer answers the same on the HTTP port.
+    for (word, starts) in [
+        ("envi", "Environment:\nzookeeper.version=3.8.0-warden-"),
+        ("stat", "Zookeeper version: 3.8.0-warden-"),
+        ("cons", " /127.0.0.1:"),
+        ("dump", "SessionTracker dump:\n"),
+        ("dirs", "datadir_size: "),
+        ("wchs", "0 connections watching 0 paths\n"),
+        ("wchc", "\n"),
+        ("wchp", "\n"),
+        ("isro", "rw"),
+        ("hash", ""),
+        ("crst", "Connection stats reset.\n"),
+        ("srst", "Server stats reset.\n"),
+    ] {
+        let said = four_letter(server.zk_addr(), word);
+        assert!(said.starts_with(starts), "{word}: {said:?}");
+    }
+    assert!(four_letter(server.zk_addr(), "hash").contains(": "));
+    // No word: read as a packet length far over the bound, and closed.
+    assert_eq!(four_letter(server.zk_addr(), "zzzz"), "");
+    let mut http = TcpStream::connect(server.http_addr()).unwrap();
+    http.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    http.write_all(b"GET /commands/mntr HTTP/1.0\r\n\r\n")
+        .unwrap();
+    let mut reply = String::new();
+    http.read_to_string(&mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.0 200"), "{reply}");
+    assert!(reply.contains(r#""command":"monitor""#), "{reply}");
+    assert!(reply.contains(r#""server_state":"standalone""#), "{reply}");
 }
 
 /// A ZooKeeper client speaking raw jute.

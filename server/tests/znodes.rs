@@ -345,4 +345,50 @@ async fn set_data_with_ttl_changes_a_ttl_nodes_ttl() {
         .await
         .unwrap_err();
     assert!(matches!(e, warden_client::Error::BadArguments(_)), "{e}");
+/// Null data (ZooKeeper's `create(path, null)`) through the native
+/// protocol: kept apart from empty data, and through the log, a snapshot
+/// and a restart.
+#[tokio::test]
+async fn null_data_is_not_empty_data_and_survives_a_restart() {
+    let mut server = Server::start_with(warden_testkit::ServerOptions {
+        snapshot_entries: Some(3),
+        ..Default::default()
+    });
+    let c = client(&server).await;
+    c.create_or_null("/null", None, CreateOptions::default())
+        .await
+        .unwrap();
+    c.create("/empty", b"", CreateOptions::default())
+        .await
+        .unwrap();
+    let (data, stat) = c.get_data_or_null("/null").await.unwrap();
+    assert_eq!((data, stat.data_length), (None, 0));
+    assert_eq!(c.get_data("/null").await.unwrap().0, b"");
+    assert_eq!(
+        c.get_data_or_null("/empty").await.unwrap().0,
+        Some(Vec::new())
+    );
+    c.set_data_or_null("/empty", None, None).await.unwrap();
+    c.set_data_or_null("/null", Some(b"x"), Some(0))
+        .await
+        .unwrap();
+    c.set_data_or_null("/null", None, Some(1)).await.unwrap();
+    for i in 0..5 {
+        // Past --snapshot-entries: the restart loads a snapshot.
+        c.create(&format!("/pad{i}"), b"p", CreateOptions::default())
+            .await
+            .unwrap();
+    }
+    drop(c);
+    server.stop();
+    server.restart();
+    let c = client(&server).await;
+    assert_eq!(c.get_data_or_null("/null").await.unwrap().0, None);
+    assert_eq!(c.get_data_or_null("/empty").await.unwrap().0, None);
+    assert_eq!(
+        c.get_data_or_null("/pad0").await.unwrap().0,
+        Some(b"p".to_vec())
+    );
+    let log = server.log();
+    assert!(log.contains("restored snapshot"), "{log}");
 }

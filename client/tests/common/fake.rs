@@ -431,6 +431,7 @@ impl State {
                         let result = pb::response::Result::GetData(pb::GetDataResponse {
                             data: n.data.clone(),
                             stat: Some(n.stat),
+                            data_null: false,
                         });
                         if g.watch {
                             self.watches(id).data.insert(g.path);

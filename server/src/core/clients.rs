@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 use warden_protocol::pb::{self, ErrorCode, SessionState};
 
+use super::admin::{ConnFigures, ConnReport, ServerFigures};
 use super::frames;
 use super::proposals::PROPOSAL_TIMEOUT;
 use super::{Door, OUTBOUND_FRAMES_MAX};
@@ -79,6 +80,8 @@ pub(super) struct Conn {
     /// Per slot of `queue` (same order): the operation and when it reached
     /// the core, for the request metrics.
     timing: VecDeque<(&'static str, Instant)>,
+    /// Packets, latencies and last operation (ZooKeeper's `cons`).
+    figures: ConnFigures,
 }
 
 impl Conn {
@@ -103,6 +106,8 @@ pub(super) struct Clients {
     out_paused: HashSet<ConnId>,
     limits: Limits,
     op_metrics: OpMetrics,
+    /// Packets and latencies of every connection (ZooKeeper's `srvr`).
+    figures: ServerFigures,
 }
 
 impl Clients {
@@ -116,6 +121,7 @@ impl Clients {
             out_paused: HashSet::new(),
             limits,
             op_metrics,
+            figures: ServerFigures::new(),
         }
     }
 
@@ -139,8 +145,87 @@ impl Clients {
                 ids: Arc::new(ids),
                 queue: VecDeque::new(),
                 timing: VecDeque::new(),
+                // The connect request is its first packet.
+                figures: ConnFigures {
+                    received: 1,
+                    ..ConnFigures::new()
+                },
             },
         );
+        self.figures.received += 1;
+    }
+
+    /// A request `xid` arrived on `conn`.
+    pub fn received(&mut self, conn: ConnId, xid: u64) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.figures.received += 1;
+            c.figures.last_cxid = Some(xid);
+            self.figures.received += 1;
+        }
+    }
+
+    /// Requests received and not answered yet, on every connection.
+    pub fn outstanding(&self) -> usize {
+        self.conns.values().map(|c| c.queue.len()).sum()
+    }
+
+    pub fn server_figures(&self) -> ServerFigures {
+        self.figures
+    }
+
+    /// ZooKeeper's `srst`.
+    pub fn reset_server_figures(&mut self) {
+        self.figures.reset();
+    }
+
+    /// ZooKeeper's `crst`.
+    pub fn reset_conn_figures(&mut self) {
+        for c in self.conns.values_mut() {
+            c.figures.reset();
+        }
+    }
+
+    /// Every connection, oldest first; `timeout_of` gives a session's
+    /// timeout.
+    pub fn conn_reports(&self, timeout_of: impl Fn(u64) -> u32) -> Vec<ConnReport> {
+        let mut out: Vec<(ConnId, ConnReport)> = self
+            .conns
+            .iter()
+            .map(|(id, c)| {
+                let session_id = c.session.unwrap_or(0);
+                (
+                    *id,
+                    ConnReport {
+                        peer: c.peer,
+                        session_id,
+                        session_timeout_ms: if session_id == 0 {
+                            0
+                        } else {
+                            timeout_of(session_id)
+                        },
+                        outstanding: c.queue.len(),
+                        figures: c.figures.clone(),
+                    },
+                )
+            })
+            .collect();
+        out.sort_unstable_by_key(|(id, _)| *id);
+        out.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// The paths each session watches on this server, by session id.
+    pub fn watches_by_session(&self) -> Vec<(u64, Vec<String>)> {
+        let mut out: Vec<(u64, Vec<String>)> = self
+            .watches
+            .paths_by_conn()
+            .into_iter()
+            .filter_map(|(conn, paths)| {
+                let session = self.conns.get(&conn)?.session?;
+                Some((session, paths))
+            })
+            .collect();
+        out.sort_unstable();
+        out
     }
 
     pub fn get(&self, conn: ConnId) -> Option<&Conn> {
@@ -200,7 +285,7 @@ impl Clients {
     /// [`Self::push`]; `admitted`: queue it even past the byte bound (the
     /// answer to a read, which waited for room before it was served).
     fn push_sized(&mut self, conn: ConnId, frame: pb::ServerFrame, admitted: bool) {
-        let Some(c) = self.conns.get(&conn) else {
+        let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
         let len = frame_bytes(&frame);
@@ -222,7 +307,10 @@ impl Clients {
             return;
         }
         match c.out.try_send_sized(frame, len) {
-            Ok(()) => {}
+            Ok(()) => {
+                self.figures.sent += 1;
+                c.figures.sent += 1;
+            }
             Err(PushError::Full) => {
                 let msg = format!(
                     "connection {conn} from {} does not read: {OUTBOUND_FRAMES_MAX} frames \
@@ -317,7 +405,11 @@ impl Clients {
             let session_id = c.session.unwrap_or(0);
             let slot = c.queue.pop_front().expect("front checked above");
             if let Some((op, since)) = c.timing.pop_front() {
-                self.op_metrics.observe(op, since.elapsed());
+                // The same duration for /metrics and the four-letter words.
+                let took = since.elapsed();
+                self.op_metrics.observe(op, took);
+                c.figures.answered(op, applied, took);
+                self.figures.latency.observe(took);
             }
             match slot {
                 Slot::Done(frame) => self.push(conn, frame),

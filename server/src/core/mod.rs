@@ -20,10 +20,12 @@
 //! - [`apply`]: what the Ready loop hands the state machine, and what it
 //!   means for this server's clients;
 //! - [`status`]: this server's and its group's status;
+//! - [`admin`]: the figures of ZooKeeper's four-letter words;
 //! - sessions' liveness is [`crate::session`]'s, who hears a watch event
 //!   [`crate::watch`]'s, and every change to replicated state
 //!   [`DataTree::apply`]'s.
 
+pub mod admin;
 mod apply;
 mod clients;
 mod forwards;
@@ -107,6 +109,11 @@ pub struct ServerStats {
     /// Size of the last snapshot this server took (0: none yet).
     pub last_snapshot_bytes: u64,
     pub zk_port: u16,
+    /// The ZooKeeper port is TLS only (ZooKeeper's secureClientPort).
+    pub zk_tls: bool,
+    pub data_dir: std::path::PathBuf,
+    /// Connections one client IP may hold (ZooKeeper's maxClientCnxns).
+    pub max_client_cnxns: usize,
     pub tick_ms: u64,
     pub min_session_timeout_ms: u32,
     pub max_session_timeout_ms: u32,
@@ -134,6 +141,11 @@ pub enum CoreMsg {
     Closed { conn: ConnId },
     /// Operator figures.
     Stats { reply: oneshot::Sender<ServerStats> },
+    /// A four-letter word's or AdminServer command's figures (and resets).
+    Admin {
+        ask: admin::AdminAsk,
+        reply: oneshot::Sender<admin::AdminReport>,
+    },
     /// The member view (`wardenctl cluster status`, HTTP `/status`,
     /// `/health`).
     Cluster {

@@ -45,6 +45,9 @@ impl Core {
             CoreMsg::Stats { reply } => {
                 let _ = reply.send(self.stats());
             }
+            CoreMsg::Admin { ask, reply } => {
+                let _ = reply.send(self.admin(ask));
+            }
             CoreMsg::Cluster { reply } => {
                 let _ = reply.send(self.cluster_status());
             }
@@ -115,10 +118,11 @@ impl Core {
     }
 
     fn request(&mut self, conn: ConnId, request: pb::Request) {
+        let xid = request.xid;
+        self.m.clients.received(conn, xid);
         let Some(c) = self.m.clients.get(conn) else {
             return;
         };
-        let xid = request.xid;
         let door = c.door;
         let ids = c.ids.clone();
         let zxid = self.m.tree.applied_index();

@@ -1,6 +1,7 @@
 //! The HTTP door: the REST lock API (`/api/v1/locks/...`), `/health`,
-//! `/status` and `/metrics`. The lock API answers in the fields of both
-//! lock-service contracts it serves (see `contract.rs`).
+//! `/status`, `/metrics`, and ZooKeeper's AdminServer commands
+//! (`/commands/...`, [`admin`]). The lock API answers in the fields of
+//! both lock-service contracts it serves (see `contract.rs`).
 //!
 //! A thin adapter like the other doors. `/health` and `/status` ask the
 //! core for its member view; the lock API is a *client* of this very
@@ -9,6 +10,7 @@
 //! pipeline behind it. This module must never touch the tree directly.
 
 mod contract;
+pub(crate) mod admin;
 mod health;
 mod limited;
 pub(crate) mod locks;
@@ -108,6 +110,8 @@ fn router(state: Arc<Http>) -> Router {
         .route("/health", get(health::health))
         .route("/status", get(health::status))
         .route("/metrics", get(metrics::metrics))
+        .route("/commands", get(admin::list))
+        .route("/commands/{name}", get(admin::command))
         .route("/api/v1/openapi.json", get(openapi))
         .route("/api/v1/locks/acquire", post(locks::acquire_alt))
         .route("/api/v1/locks/renew", post(locks::renew_alt))

@@ -16,7 +16,7 @@ pub(super) fn validate(
 ) -> Result<CreateTxn, Failure> {
     path::validate_create(&r.path, r.sequential)
         .map_err(|e| Failure::new(ErrorCode::InvalidPath, e.to_string()))?;
-    check_data(&r.data, &r.path)?;
+    check_data(&r.data, r.data_null, &r.path)?;
     // Empty stays empty: the tree gives the node world:anyone, all perms.
     let acl = super::acl::prepare(&r.acl, &r.path, ids)?;
     if r.container && (r.ephemeral || r.sequential || r.ttl_ms > 0) {
@@ -46,6 +46,7 @@ pub(super) fn validate(
         container: r.container,
         ttl_ms: r.ttl_ms,
         session_id,
+        data_null: r.data_null,
     })
 }
 

@@ -14,7 +14,7 @@ pub(super) fn read(
     ids: &[AuthId],
     r: &pb::GetDataRequest,
 ) -> Result<Option<Res>, Failure> {
-    let Some((data, stat)) = tree.get_data(&r.path) else {
+    let Some(node) = tree.node(&r.path) else {
         // As in ZooKeeper, no watch is left on a node that does not exist:
         // exists() is the way to wait for a creation.
         return Err(Failure::new(ErrorCode::NoNode, r.path.clone()));
@@ -26,7 +26,8 @@ pub(super) fn read(
             .map_err(|m| Failure::new(ErrorCode::LimitExceeded, m))?;
     }
     Ok(Some(Res::GetData(pb::GetDataResponse {
-        data: data.to_vec(),
-        stat: Some(stat),
+        data: node.data().to_vec(),
+        stat: Some(node.stat()),
+        data_null: node.data_is_null(),
     })))
 }

@@ -297,7 +297,18 @@ fn check_version(version: Option<i32>, p: &str) -> Result<(), Failure> {
     }
 }
 
-fn check_data(data: &[u8], p: &str) -> Result<(), Failure> {
+/// The data of a create or set_data: within the size limit, and empty
+/// when it is null.
+fn check_data(data: &[u8], null: bool, p: &str) -> Result<(), Failure> {
+    if null && !data.is_empty() {
+        return Err(Failure::new(
+            ErrorCode::BadArguments,
+            format!(
+                "{p}: data_null with {} bytes of data (null data is empty)",
+                data.len()
+            ),
+        ));
+    }
     if data.len() > DATA_BYTES_MAX {
         return Err(Failure::new(
             ErrorCode::DataTooLarge,

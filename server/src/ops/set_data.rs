@@ -9,7 +9,7 @@ use crate::proto::{txn::Kind, SetDataTxn, Txn};
 
 pub(super) fn validate(r: &pb::SetDataRequest) -> Result<SetDataTxn, Failure> {
     check_path(&r.path)?;
-    check_data(&r.data, &r.path)?;
+    check_data(&r.data, r.data_null, &r.path)?;
     check_version(r.version, &r.path)?;
     if r.ttl_ms > TTL_MS_MAX {
         return Err(Failure::new(
@@ -25,6 +25,7 @@ pub(super) fn validate(r: &pb::SetDataRequest) -> Result<SetDataTxn, Failure> {
         data: r.data.clone(),
         version: r.version,
         ttl_ms: r.ttl_ms,
+        data_null: r.data_null,
     })
 }
 

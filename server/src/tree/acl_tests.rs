@@ -107,6 +107,7 @@ fn set_data(path: &str, data: &[u8]) -> Kind {
         data: data.to_vec(),
         version: None,
         ttl_ms: 0,
+        data_null: false,
     })
 }
 

@@ -23,7 +23,9 @@ impl DataTree {
         let mut ephemeral_count = 0usize;
         let mut container_count = 0usize;
         let mut ttl_count = 0usize;
+        let mut data_bytes = 0u64;
         for (p, node) in &self.nodes {
+            data_bytes += (p.len() + node.data.len()) as u64;
             self.check_node(p)?;
             let newest = node.czxid.max(node.mzxid).max(node.pzxid);
             if newest > self.applied_index {
@@ -87,6 +89,12 @@ impl DataTree {
         if self.ttls.len() != ttl_count {
             return Err("the TTL index does not match the nodes".into());
         }
+        if data_bytes != self.data_bytes {
+            return Err(format!(
+                "{data_bytes} bytes of paths and data, {} counted",
+                self.data_bytes
+            ));
+        }
         if self.sessions.contains_key(&0) {
             return Err("session id 0 is in the session table".into());
         }
@@ -112,6 +120,12 @@ impl DataTree {
         }
         if node.data.len() > DATA_BYTES_MAX {
             return Err(format!("{p}: {} bytes of data", node.data.len()));
+        }
+        if node.data_null && !node.data.is_empty() {
+            return Err(format!(
+                "{p}: null data that holds {} bytes",
+                node.data.len()
+            ));
         }
         if node.acl.is_empty() {
             return Err(format!("{p}: empty ACL"));

@@ -43,6 +43,7 @@
 
 pub mod acl;
 mod acl_table;
+mod digest;
 mod invariants;
 mod node;
 mod snapshot;
@@ -50,6 +51,8 @@ mod txn;
 
 #[cfg(test)]
 mod acl_tests;
+#[cfg(test)]
+mod data_null_tests;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
@@ -98,6 +101,9 @@ pub struct DataTree {
     members: BTreeMap<u64, String>,
     /// One copy of each distinct ACL, shared by the nodes that have it.
     acls: acl_table::AclTable,
+    /// ZooKeeper's approximate data size: the bytes of every node's path
+    /// and data, kept as nodes come, go and change (`mntr`).
+    data_bytes: u64,
 }
 
 impl Default for DataTree {
@@ -137,6 +143,7 @@ impl DataTree {
             applied_index: 0,
             members: BTreeMap::new(),
             acls: Default::default(),
+            data_bytes: ROOT.len() as u64,
         }
     }
 
@@ -241,6 +248,17 @@ impl DataTree {
         self.nodes.len()
     }
 
+    /// The bytes of every node's path and data (ZooKeeper's
+    /// `approximateDataSize`).
+    pub fn data_bytes(&self) -> u64 {
+        self.data_bytes
+    }
+
+    /// Every node, in no particular order.
+    pub fn nodes(&self) -> impl Iterator<Item = (&str, &Node)> {
+        self.nodes.iter().map(|(p, n)| (p.as_str(), &**n))
+    }
+
     /// The removals the leader should propose at `now_ms`, sorted by path:
     /// every childless container that has had a child (cversion > 0), and
     /// every childless TTL node unmodified for longer than its TTL. Each is
@@ -282,6 +300,7 @@ impl DataTree {
             None => debug_assert!(false, "{path}: inserted without a parent"),
         }
         self.index_insert(&path, &node);
+        self.data_bytes += (path.len() + node.data.len()) as u64;
         let previous = self.nodes.insert(path, Box::new(node));
         debug_assert!(previous.is_none(), "inserted over an existing node");
     }
@@ -297,6 +316,7 @@ impl DataTree {
             debug_assert!(was_child, "{path}: not a child of its parent");
         }
         self.index_remove(path, &node);
+        self.data_bytes -= (path.len() + node.data.len()) as u64;
         Some(*node)
     }
 

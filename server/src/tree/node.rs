@@ -36,6 +36,9 @@ pub struct Node {
     pub(super) ttl_ms: u64,
     /// Names (not paths) of the children.
     pub(super) children: BTreeSet<String>,
+    /// The data is null (ZooKeeper's `create(path, null)`), not merely
+    /// empty; `data` is then empty.
+    pub(super) data_null: bool,
 }
 
 impl Node {
@@ -56,6 +59,7 @@ impl Node {
             container: false,
             ttl_ms: 0,
             children: BTreeSet::new(),
+            data_null: false,
         }
     }
 
@@ -67,6 +71,7 @@ impl Node {
         acl: super::SharedAcl,
         container: bool,
         ttl_ms: u64,
+        data_null: bool,
     ) -> Node {
         Node {
             data,
@@ -83,6 +88,7 @@ impl Node {
             container,
             ttl_ms,
             children: BTreeSet::new(),
+            data_null,
         }
     }
 
@@ -105,6 +111,11 @@ impl Node {
 
     pub fn data(&self) -> &[u8] {
         &self.data
+    }
+
+    /// Whether the data is null rather than empty.
+    pub fn data_is_null(&self) -> bool {
+        self.data_null
     }
 
     pub fn acl(&self) -> &[Acl] {

@@ -227,6 +227,8 @@ fn build_create(tree: &DataTree, c: &CreateSpec) -> CreateTxn {
         container: c.container,
         ttl_ms: c.ttl_ms,
         session_id: c.session_id,
+        // Null data for empty creates: snapshots and undo must keep it.
+        data_null: c.data_len == 0,
     }
 }
 
@@ -260,6 +262,7 @@ fn build(tree: &DataTree, time_ms: i64, spec: &Spec) -> Option<Txn> {
             data: vec![b's'; *n],
             version: *version,
             ttl_ms: 0,
+            data_null: *n == 0,
         }),
         Spec::SetAcl(t, empty, aversion) => Kind::SetAcl(SetAclTxn {
             path: resolve(tree, t),
@@ -289,6 +292,7 @@ fn build(tree: &DataTree, time_ms: i64, spec: &Spec) -> Option<Txn> {
                             data: b"m".to_vec(),
                             version: *version,
                             ttl_ms: 0,
+                            data_null: false,
                         }),
                         MultiSpec::Check(t, version) => Op::Check(CheckTxn {
                             path: resolve(tree, t),

@@ -77,6 +77,7 @@ impl DataTree {
                 stat: Some(n.stat()),
                 container: n.container,
                 ttl_ms: n.ttl_ms,
+                data_null: n.data_null,
             })
             .collect();
         nodes.sort_unstable_by(|a, b| a.path.cmp(&b.path));
@@ -153,6 +154,7 @@ impl DataTree {
                 .map(|m| (m.id, m.addr.clone()))
                 .collect(),
             acls: Default::default(),
+            data_bytes: 0,
         };
 
         let mut stored = snap.nodes.iter();
@@ -166,6 +168,7 @@ impl DataTree {
         if root_node.ephemeral_owner != 0 || root_node.container || root_node.ttl_ms > 0 {
             return Err(SnapshotError::BadRoot);
         }
+        tree.data_bytes = (ROOT.len() + root_node.data.len()) as u64;
         tree.nodes.insert(ROOT.to_string(), Box::new(root_node));
 
         for sn in stored {
@@ -237,6 +240,13 @@ impl DataTree {
                 actual: sn.data.len(),
             });
         }
+        if sn.data_null && !sn.data.is_empty() {
+            return Err(SnapshotError::Inconsistent(format!(
+                "node {}: null data that holds {} bytes",
+                sn.path,
+                sn.data.len()
+            )));
+        }
         if sn.container && (stat.ephemeral_owner != 0 || sn.ttl_ms > 0) {
             return Err(SnapshotError::ConflictingFlags { path: p() });
         }
@@ -255,6 +265,7 @@ impl DataTree {
             self.acls.intern(&sn.acl),
             sn.container,
             sn.ttl_ms,
+            sn.data_null,
         ))
     }
 }

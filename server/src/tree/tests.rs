@@ -127,6 +127,7 @@ fn set_data(path: &str, data: &[u8], version: Option<i32>) -> Kind {
         data: data.to_vec(),
         version,
         ttl_ms: 0,
+        data_null: false,
     })
 }
 
@@ -521,6 +522,7 @@ fn tree_with_cversion(cversion: i32) -> Log {
         }),
         container: false,
         ttl_ms: 0,
+        data_null: false,
     });
     Log {
         tree: DataTree::from_snapshot(&snap).unwrap(),
@@ -757,6 +759,7 @@ fn multi_ops_see_earlier_ops() {
             data: b"x".to_vec(),
             version: Some(0),
             ttl_ms: 0,
+            data_null: false,
         }),
         Op::Check(CheckTxn {
             path: "/a/b".into(),
@@ -834,6 +837,7 @@ fn failed_multi_restores_exact_state() {
             data: b"after".to_vec(),
             version: None,
             ttl_ms: 0,
+            data_null: false,
         }),
         Op::Delete(DeleteTxn {
             path: "/q/old".into(),

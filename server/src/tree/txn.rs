@@ -149,6 +149,7 @@ enum Undo {
     Data {
         path: String,
         data: Vec<u8>,
+        data_null: bool,
         version: i32,
         mzxid: u64,
         mtime_ms: i64,
@@ -483,6 +484,7 @@ impl DataTree {
             container: t.container,
             ttl_ms: t.ttl_ms,
             children: Default::default(),
+            data_null: t.data_null && t.data.is_empty(),
         };
         let stat = node.stat();
         self.insert_node(new_path.clone(), node);
@@ -538,9 +540,12 @@ impl DataTree {
         }
 
         let old_data = std::mem::replace(&mut node.data, t.data.clone());
+        let old_null = std::mem::replace(&mut node.data_null, t.data_null && t.data.is_empty());
+        self.data_bytes = self.data_bytes + t.data.len() as u64 - old_data.len() as u64;
         ctx.undo.push(Undo::Data {
             path: p.to_string(),
             data: old_data,
+            data_null: old_null,
             version: node.version,
             mzxid: node.mzxid,
             mtime_ms: node.mtime_ms,
@@ -703,13 +708,17 @@ impl DataTree {
                 Undo::Data {
                     path,
                     data,
+                    data_null,
                     version,
                     mzxid,
                     mtime_ms,
                     ttl_ms,
                 } => {
                     if let Some(node) = self.nodes.get_mut(&path) {
+                        self.data_bytes =
+                            self.data_bytes + data.len() as u64 - node.data.len() as u64;
                         node.data = data;
+                        node.data_null = data_null;
                         node.version = version;
                         node.mzxid = mzxid;
                         node.mtime_ms = mtime_ms;

@@ -8,8 +8,10 @@
 //! error (Unimplemented) in their turn, never forwarded.
 //!
 //! Limits as on the native door, in ZooKeeper's manner: a frame beyond
-//! `--max-request-bytes` (ZooKeeper's jute.maxbuffer) closes the connection
-//! before its body is read, as ZooKeeper does; with
+//! `--zk-max-packet-bytes` (ZooKeeper's jute.maxbuffer, 0xfffff) or
+//! `--max-request-bytes`, whichever is smaller, closes the connection
+//! before its body is read, as ZooKeeper does (its clients see
+//! ConnectionLoss); with
 //! `--max-outstanding-requests` unanswered the door stops reading.
 
 use std::collections::VecDeque;
@@ -20,7 +22,7 @@ use bytes::BytesMut;
 use futures::{SinkExt, StreamExt};
 use tokio::io::WriteHalf;
 use tokio::sync::mpsc;
-use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
+use tokio_util::codec::{Decoder, FramedRead, FramedWrite, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, Instrument};
 use warden_protocol::pb::{self, server_frame::Kind as Push, ErrorCode};
@@ -81,7 +83,20 @@ async fn run(
 ) {
     let _ = stream.set_nodelay(true);
     let (rd, wr) = stream.into_split();
-    let mut reader = FramedRead::new(rd, BoundedFrames::new(limiter.limits.request_bytes));
+    let limits = &limiter.limits;
+    let mut frames = if limits.zk_packet_bytes <= limits.request_bytes {
+        BoundedFrames::new(limits.zk_packet_bytes, Limit::ZkPacketBytes.flag())
+    } else {
+        BoundedFrames::new(limits.request_bytes, Limit::RequestBytes.flag())
+    };
+    // The announced length is known already: over the bound, close now
+    // (ZooKeeper's answer to four bytes that are no word, too) rather
+    // than wait for bytes that will not come.
+    if let Err(e) = frames.decode(&mut BytesMut::from(&first4[..])) {
+        frame_refused(&e, &limiter, peer);
+        return;
+    }
+    let mut reader = FramedRead::new(rd, frames);
     // The listener already read the length of the first frame (to tell a
     // four-letter word from a handshake): put it back.
     reader.read_buffer_mut().extend_from_slice(&first4);
@@ -203,8 +218,9 @@ async fn run(
 /// a read error.
 fn frame_refused(e: &std::io::Error, limiter: &Limiter, peer: SocketAddr) {
     if e.kind() == std::io::ErrorKind::InvalidData {
+        let limit = Limit::named_in(&e.to_string()).unwrap_or(Limit::RequestBytes);
         limiter.record(
-            Limit::RequestBytes,
+            limit,
             &format!("ZooKeeper client {peer}: {e}; connection closed"),
         );
     } else {

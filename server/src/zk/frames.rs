@@ -1,5 +1,6 @@
 //! Reading ZooKeeper's frames (a 4-byte big-endian length, then the body)
-//! within `--max-request-bytes`.
+//! within the door's packet bound (`--zk-max-packet-bytes`, ZooKeeper's
+//! jute.maxbuffer, or `--max-request-bytes` if smaller).
 //!
 //! tokio's `LengthDelimitedCodec` reserves room for the whole announced
 //! body as soon as it has read the length: a client that announces 16 MiB
@@ -16,11 +17,16 @@ const LEN_BYTES: usize = 4;
 #[derive(Debug)]
 pub struct BoundedFrames {
     frame_bytes_max: usize,
+    /// The flag that sets the bound, for the error.
+    flag: &'static str,
 }
 
 impl BoundedFrames {
-    pub fn new(frame_bytes_max: usize) -> Self {
-        Self { frame_bytes_max }
+    pub fn new(frame_bytes_max: usize, flag: &'static str) -> Self {
+        Self {
+            frame_bytes_max,
+            flag,
+        }
     }
 }
 
@@ -37,8 +43,8 @@ impl Decoder for BoundedFrames {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
                 format!(
-                    "frame of {len} bytes exceeds the limit of {} bytes (--max-request-bytes)",
-                    self.frame_bytes_max
+                    "frame of {len} bytes exceeds the limit of {} bytes ({})",
+                    self.frame_bytes_max, self.flag
                 ),
             ));
         }
@@ -57,7 +63,7 @@ mod tests {
 
     #[test]
     fn frames_are_cut_when_complete_and_bounded() {
-        let mut d = BoundedFrames::new(8);
+        let mut d = BoundedFrames::new(8, "--max-request-bytes");
         let mut buf = BytesMut::new();
         buf.put_u32(3);
         buf.put_slice(b"ab");

@@ -54,16 +54,22 @@ impl<'a> Reader<'a> {
 
     /// A buffer; null reads as empty.
     pub fn buffer(&mut self, what: &'static str) -> Result<Vec<u8>, JuteError> {
+        Ok(self.buffer_or_null(what)?.unwrap_or_default())
+    }
+
+    /// A buffer, `None` for null (length -1): znode data, where ZooKeeper
+    /// keeps null apart from empty.
+    pub fn buffer_or_null(&mut self, what: &'static str) -> Result<Option<Vec<u8>>, JuteError> {
         let len = self.int(what)?;
         if len == -1 {
-            return Ok(Vec::new());
+            return Ok(None);
         }
         if len < 0 || len as usize > self.buf.len() {
             return Err(JuteError::BadLength { what, len });
         }
         let out = self.buf[..len as usize].to_vec();
         self.buf.advance(len as usize);
-        Ok(out)
+        Ok(Some(out))
     }
 
     pub fn string(&mut self, what: &'static str) -> Result<String, JuteError> {
@@ -119,6 +125,16 @@ impl Writer {
         self.buf.put_i32(v.len() as i32);
         self.buf.put_slice(v);
         self
+    }
+
+    /// A buffer, or null (length -1) when `null`.
+    pub fn buffer_or_null(&mut self, v: &[u8], null: bool) -> &mut Self {
+        if null {
+            self.buf.put_i32(-1);
+            self
+        } else {
+            self.buffer(v)
+        }
     }
 
     pub fn string(&mut self, v: &str) -> &mut Self {
@@ -189,5 +205,12 @@ mod tests {
             Reader::new(&bytes).buffer("null").unwrap(),
             Vec::<u8>::new()
         );
+        assert_eq!(Reader::new(&bytes).buffer_or_null("null").unwrap(), None);
+        let mut w = Writer::default();
+        w.buffer_or_null(b"", true).buffer_or_null(b"", false);
+        let bytes = w.buf.freeze();
+        let mut r = Reader::new(&bytes);
+        assert_eq!(r.buffer_or_null("null").unwrap(), None);
+        assert_eq!(r.buffer_or_null("empty").unwrap(), Some(Vec::new()));
     }
 }

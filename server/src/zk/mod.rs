@@ -8,7 +8,8 @@
 //! Nothing here decides anything about znodes.
 //!
 //! A connection whose first four bytes spell a four-letter word (`ruok`,
-//! `srvr`, ...) gets the operator's answer instead ([`fourletter`]).
+//! `srvr`, `mntr`, ...) gets the operator's answer instead
+//! ([`fourletter`]).
 
 pub mod conn;
 pub mod fourletter;
@@ -82,7 +83,7 @@ pub async fn listen(
                 return;
             }
             if let Some(word) = fourletter::Word::parse(&first4) {
-                fourletter::answer(stream, word, core).await;
+                fourletter::answer(stream, word, core, peer).await;
             } else {
                 conn::serve(stream, peer, conn, core, first4, tls_subject, limiter).await;
             }

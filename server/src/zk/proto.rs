@@ -155,7 +155,7 @@ fn version(v: i32) -> Option<i32> {
 
 fn create(r: &mut Reader<'_>, with_ttl: bool) -> Result<pb::CreateRequest, DecodeError> {
     let path = r.string("path")?;
-    let data = r.buffer("data")?;
+    let data = r.buffer_or_null("data")?;
     let acl = acl_list(r)?;
     let flags = r.int("flags")?;
     let ttl = if with_ttl { r.long("ttl")? } else { 0 };
@@ -180,12 +180,25 @@ fn create(r: &mut Reader<'_>, with_ttl: bool) -> Result<pb::CreateRequest, Decod
     }
     Ok(pb::CreateRequest {
         path,
-        data,
+        data_null: data.is_none(),
+        data: data.unwrap_or_default(),
         acl,
         ephemeral,
         sequential,
         container,
         ttl_ms: ttl.max(0) as u64,
+    })
+}
+
+/// SetDataRequest; null data stays null.
+fn set_data(r: &mut Reader<'_>) -> Result<pb::SetDataRequest, DecodeError> {
+    let path = r.string("path")?;
+    let data = r.buffer_or_null("data")?;
+    Ok(pb::SetDataRequest {
+        path,
+        data_null: data.is_none(),
+        data: data.unwrap_or_default(),
+        version: version(r.int("version")?),
     })
 }
 
@@ -227,6 +240,7 @@ pub fn decode_request(op: i32, body: &[u8]) -> Result<(Op, Reply), DecodeError> 
             version: version(r.int("version")?),
             ttl_ms: 0,
         }),
+        opcode::SET_DATA => Op::SetData(set_data(&mut r)?),
         opcode::GET_ACL => Op::GetAcl(pb::GetAclRequest {
             path: r.string("path")?,
         }),
@@ -349,6 +363,7 @@ fn decode_multi(r: &mut Reader<'_>) -> Result<(Op, Reply), DecodeError> {
                 version: version(r.int("version")?),
                 ttl_ms: 0,
             }),
+            opcode::SET_DATA => pb::multi_op::Op::SetData(set_data(r)?),
             opcode::CHECK => pb::multi_op::Op::Check(pb::CheckRequest {
                 path: r.string("path")?,
                 version: version(r.int("version")?),
@@ -453,7 +468,7 @@ pub fn encode_response(reply: &Reply, resp: &pb::Response) -> (i32, Writer) {
             None => return (zk_code(ErrorCode::NoNode), Writer::default()),
         },
         (opcode::GET_DATA, Some(Res::GetData(d))) => {
-            w.buffer(&d.data);
+            w.buffer_or_null(&d.data, d.data_null);
             write_stat(&mut w, &stat_or_zero(&d.stat));
         }
         (opcode::SET_DATA | opcode::SET_ACL, Some(Res::Stat(s))) => {
@@ -534,7 +549,7 @@ fn encode_multi_read(w: &mut Writer, kinds: &[i32], m: &pb::MultiReadResponse) {
         w.int(kind).boolean(false).int(0);
         match &result.result {
             Some(pb::multi_read_result::Result::GetData(d)) => {
-                w.buffer(&d.data);
+                w.buffer_or_null(&d.data, d.data_null);
                 write_stat(w, &stat_or_zero(&d.stat));
             }
             Some(pb::multi_read_result::Result::GetChildren(c)) => {
