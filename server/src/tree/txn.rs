@@ -136,7 +136,10 @@ enum Undo {
     /// A node was inserted at `path`: remove it (and its index entries).
     Inserted { path: String },
     /// A childless node was removed from `path`: put it back.
-    Removed { path: String, node: Node },
+    Removed {
+        path: String,
+        node: std::sync::Arc<Node>,
+    },
     /// A child was added or removed under `path`: restore its child
     /// counter (the next sequence number) and pzxid.
     ChildCounters {
@@ -355,7 +358,7 @@ impl DataTree {
         if xid == 0 {
             return;
         }
-        if let Some(s) = self.sessions.get_mut(&session_id) {
+        if let Some(s) = self.session_mut(session_id) {
             if s.recent.len() >= super::node::RECENT_RESULTS_MAX {
                 s.recent.pop_front();
             }
@@ -383,13 +386,13 @@ impl DataTree {
         }
         // A CreateSession proposed twice (re-proposed after a leader change)
         // must not reset the session's state.
-        self.sessions
-            .entry(t.session_id)
-            .or_insert_with(|| super::SessionInfo {
+        self.sessions.entry(t.session_id).or_insert_with(|| {
+            std::sync::Arc::new(super::SessionInfo {
                 password: t.password.clone(),
                 timeout_ms: t.timeout_ms,
                 recent: Default::default(),
-            });
+            })
+        });
         TxnResult::SessionCreated
     }
 
@@ -403,7 +406,10 @@ impl DataTree {
         // the same order. Ephemerals have no children, so any order works.
         let deleted = self.ephemerals(t.session_id);
         for p in &deleted {
-            let childless = self.nodes.get(p).is_some_and(|n| n.children.is_empty());
+            let childless = self
+                .nodes
+                .get(p.as_str())
+                .is_some_and(|n| n.children.is_empty());
             debug_assert!(childless, "{p}: ephemeral with children");
             if childless {
                 self.remove_unchecked(ctx, p);
@@ -456,7 +462,7 @@ impl DataTree {
         } else {
             requested.to_string()
         };
-        if self.nodes.contains_key(&new_path) {
+        if self.nodes.contains_key(new_path.as_str()) {
             return Err(TreeError::new(ErrorCode::NodeExists, &new_path));
         }
 
@@ -483,7 +489,7 @@ impl DataTree {
             children: Default::default(),
         };
         let stat = node.stat();
-        self.insert_node(new_path.clone(), node);
+        self.insert_node(new_path.as_str().into(), std::sync::Arc::new(node));
         ctx.undo.push(Undo::Inserted {
             path: new_path.clone(),
         });
@@ -525,7 +531,7 @@ impl DataTree {
         if t.data.len() > DATA_BYTES_MAX {
             return Err(TreeError::new(ErrorCode::DataTooLarge, p));
         }
-        let Some(node) = self.nodes.get_mut(p) else {
+        let Some(node) = self.node_mut(p) else {
             return Err(TreeError::new(ErrorCode::NoNode, p));
         };
         ctx.authorize(&node.acl, perms::WRITE, p)?;
@@ -557,7 +563,7 @@ impl DataTree {
             return Err(TreeError::new(ErrorCode::InvalidAcl, p));
         }
         let new_acl = self.acls.intern(&t.acl);
-        let Some(node) = self.nodes.get_mut(p) else {
+        let Some(node) = self.node_mut(p) else {
             return Err(TreeError::new(ErrorCode::NoNode, p));
         };
         ctx.authorize(&node.acl, perms::ADMIN, p)?;
@@ -656,7 +662,7 @@ impl DataTree {
     /// (which is also the next sequence number) and pzxid = this zxid.
     /// mzxid and version stay: the parent's own data did not change.
     fn bump_child_counters(&mut self, ctx: &mut Ctx, parent_path: &str) {
-        let Some(parent) = self.nodes.get_mut(parent_path) else {
+        let Some(parent) = self.node_mut(parent_path) else {
             debug_assert!(false, "{parent_path}: parent vanished");
             return;
         };
@@ -679,13 +685,13 @@ impl DataTree {
                     let removed = self.remove_node(&path);
                     debug_assert!(removed.is_some(), "{path}: undo of an absent insert");
                 }
-                Undo::Removed { path, node } => self.insert_node(path, node),
+                Undo::Removed { path, node } => self.insert_node(path.into(), node),
                 Undo::ChildCounters {
                     path,
                     cversion,
                     pzxid,
                 } => {
-                    if let Some(node) = self.nodes.get_mut(&path) {
+                    if let Some(node) = self.node_mut(&path) {
                         node.cversion = cversion;
                         node.pzxid = pzxid;
                     }
@@ -697,7 +703,7 @@ impl DataTree {
                     mzxid,
                     mtime_ms,
                 } => {
-                    if let Some(node) = self.nodes.get_mut(&path) {
+                    if let Some(node) = self.node_mut(&path) {
                         node.data = data;
                         node.version = version;
                         node.mzxid = mzxid;
@@ -709,7 +715,7 @@ impl DataTree {
                     acl,
                     aversion,
                 } => {
-                    if let Some(node) = self.nodes.get_mut(&path) {
+                    if let Some(node) = self.node_mut(&path) {
                         node.acl = acl;
                         node.aversion = aversion;
                     }
