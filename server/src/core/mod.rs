@@ -390,7 +390,12 @@ impl Core {
             self.last_snapshot_index = applied;
             self.m.applied_bytes = 0;
             self.snapshot_built(built)?;
-        } else if due && applied > self.last_snapshot_index && !self.snapshots.busy() {
+        } else if due
+            && applied > self.last_snapshot_index
+            // A leader's snapshot installed here may be as new.
+            && applied > self.raft.storage().snapshot_index()
+            && !self.snapshots.busy()
+        {
             let meta = self.raft.storage().snapshot_meta_at(applied)?;
             let dir = self.raft.storage().snap_dir().clone();
             let pause = self.snapshots.start(&self.m.tree, meta, dir)?;

@@ -327,7 +327,11 @@ impl DiskStorage {
     /// instead. Returns whether it became the latest.
     pub fn snapshot_written(&mut self, meta: SnapshotMetadata) -> Result<bool, StorageError> {
         if meta.index <= self.snapshot_meta.index {
-            self.snaps.remove(meta.index, meta.term)?;
+            // The same name is the current file (rewritten whole by the
+            // rename): it stays.
+            if (meta.index, meta.term) != (self.snapshot_meta.index, self.snapshot_meta.term) {
+                self.snaps.remove(meta.index, meta.term)?;
+            }
             return Ok(false);
         }
         let keep = (meta.index, meta.term);
@@ -796,6 +800,12 @@ mod tests {
         assert!(!s.snapshot_written(late).unwrap());
         assert_eq!(s.snapshot_index(), 8);
         assert_eq!(s.snap_dir().list().unwrap(), vec![(8, 1)]);
+        // One at the same index (a follower's own, after installing the
+        // leader's there) leaves the current file in place.
+        let same = s.snapshot_meta_at(8).unwrap();
+        s.snap_dir().write(&same, b"tree@8").unwrap();
+        assert!(!s.snapshot_written(same).unwrap());
+        assert_eq!(&s.load_snapshot().unwrap().unwrap().data[..], b"tree@8");
         // One newer replaces it, and the older file goes.
         let newer = s.snapshot_meta_at(10).unwrap();
         s.snap_dir().write(&newer, b"tree@10").unwrap();
