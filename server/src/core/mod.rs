@@ -235,6 +235,7 @@ impl Core {
                 let tree = DataTree::from_snapshot_owned(decoded)
                     .map_err(|e| CoreError::Snapshot(format!("{file}: {e}")))?;
                 snapshots::release_freed_memory();
+                storage.remove_older_snapshots()?;
                 info!(
                     index = tree.applied_index(),
                     nodes = tree.node_count(),

@@ -310,6 +310,16 @@ impl DiskStorage {
         Ok(meta)
     }
 
+    /// Removes every snapshot file but the latest (one a build under way
+    /// at a stop may have left), once the latest has been read whole.
+    pub fn remove_older_snapshots(&self) -> Result<(), StorageError> {
+        if self.snapshot_meta.index == 0 {
+            return Ok(());
+        }
+        self.snaps
+            .remove_all_but((self.snapshot_meta.index, self.snapshot_meta.term))
+    }
+
     /// The latest snapshot's file (for messages).
     pub fn snapshot_path(&self) -> std::path::PathBuf {
         self.snaps
@@ -784,6 +794,29 @@ mod tests {
         assert_eq!(&s.load_snapshot().unwrap().unwrap().data[..], b"tree@2");
         assert_eq!(s.snap_dir().list().unwrap(), vec![(2, 1)]);
         assert!(s.meta.get(KEY_LEGACY_SNAPSHOT).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_start_loads_the_newest_snapshot_file_and_drops_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = open(dir.path()).unwrap();
+            s.bootstrap(vec![1]).unwrap();
+            let entries: Vec<Entry> = (1..=10).map(|i| entry(i, 1, b"x")).collect();
+            s.append(&entries).unwrap();
+            s.sync().unwrap();
+            s.store_snapshot(4, b"tree@4".to_vec()).unwrap();
+            // A build under way when the server stopped: written, never
+            // recorded.
+            let newer = s.snapshot_meta_at(7).unwrap();
+            s.snap_dir().write(&newer, b"tree@7").unwrap();
+        }
+        let s = open(dir.path()).unwrap();
+        assert_eq!(s.snapshot_index(), 7);
+        assert_eq!(s.first_index().unwrap(), 1, "the log agrees: it stays");
+        assert_eq!(&s.load_snapshot().unwrap().unwrap().data[..], b"tree@7");
+        s.remove_older_snapshots().unwrap();
+        assert_eq!(s.snap_dir().list().unwrap(), vec![(7, 1)]);
     }
 
     #[test]
