@@ -155,7 +155,8 @@ impl Client {
 
     /// Replaces the data of `path` (if its version matches, given one).
     pub async fn set_data(&self, path: &str, data: &[u8], version: Option<i32>) -> Result<Stat> {
-        self.set_data_on_the_wire(path, Some(data), version, 0).await
+        self.set_data_on_the_wire(path, Some(data), version, 0)
+            .await
     }
 
     /// Like [`set_data`](Self::set_data); `None` sets the data to null.

@@ -345,6 +345,8 @@ async fn set_data_with_ttl_changes_a_ttl_nodes_ttl() {
         .await
         .unwrap_err();
     assert!(matches!(e, warden_client::Error::BadArguments(_)), "{e}");
+}
+
 /// Null data (ZooKeeper's `create(path, null)`) through the native
 /// protocol: kept apart from empty data, and through the log, a snapshot
 /// and a restart.

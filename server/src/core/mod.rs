@@ -9,6 +9,8 @@
 //!
 //! - this file: the loop — messages, peer frames and ticks in, the Ready
 //!   loop ([`crate::raft::RaftNode::on_ready`]) and snapshots after;
+//! - [`snapshots`]: snapshots built on a thread of their own from a frozen
+//!   view of the tree;
 //! - [`requests`]: the handshake and each request turned into a slot of its
 //!   connection's queue (answered now, read in turn, or proposed);
 //! - [`proposals`]: what this server proposed and who waits for it
@@ -32,6 +34,7 @@ mod forwards;
 mod frames;
 mod proposals;
 mod requests;
+mod snapshots;
 mod status;
 
 use std::collections::{HashMap, HashSet};
@@ -59,6 +62,7 @@ use crate::watch::ConnId;
 
 use clients::Clients;
 use proposals::{Proposals, Waiter, PROPOSAL_TIMEOUT};
+pub use snapshots::release_freed_memory;
 
 /// Bound of the channel from connections to the core.
 pub const CORE_QUEUE_MAX: usize = 4096;
@@ -211,7 +215,9 @@ struct Machine {
 pub struct Core {
     raft: RaftNode,
     m: Machine,
+    /// The index of the latest snapshot taken or being built.
     last_snapshot_index: u64,
+    snapshots: snapshots::Snapshots,
     ticks: u64,
     /// Size of the last snapshot this server took, in bytes.
     last_snapshot_bytes: u64,
@@ -234,16 +240,23 @@ impl Core {
                 detail: format!("{}: {e}", cfg.data_dir.display()),
             })
         })?;
-        let storage = DiskStorage::open(&cfg.data_dir.join("raft"))?;
+        let storage =
+            DiskStorage::open(&cfg.data_dir.join("raft"), &cfg.data_dir.join("snapshots"))?;
         let tree = match storage.load_snapshot()? {
             Some(snap) => {
+                let started = Instant::now();
+                let file = storage.snapshot_path().display().to_string();
                 let decoded = proto::Snapshot::decode(&snap.data[..])
-                    .map_err(|e| CoreError::Snapshot(e.to_string()))?;
-                let tree = DataTree::from_snapshot(&decoded)
-                    .map_err(|e| CoreError::Snapshot(e.to_string()))?;
+                    .map_err(|e| CoreError::Snapshot(format!("{file}: {e}")))?;
+                drop(snap);
+                let tree = DataTree::from_snapshot_owned(decoded)
+                    .map_err(|e| CoreError::Snapshot(format!("{file}: {e}")))?;
+                snapshots::release_freed_memory();
+                storage.remove_older_snapshots()?;
                 info!(
                     index = tree.applied_index(),
                     nodes = tree.node_count(),
+                    took_ms = started.elapsed().as_millis() as u64,
                     "restored snapshot"
                 );
                 tree
@@ -296,6 +309,7 @@ impl Core {
                 leader_floor: 0,
             },
             last_snapshot_index: applied,
+            snapshots: Default::default(),
             last_snapshot_bytes: 0,
             compaction_due: false,
             ticks: 0,
@@ -381,26 +395,36 @@ impl Core {
             self.repropose_after_leader_change();
             self.ready_loop()?;
         }
+        if let Some(done) = self.snapshots.poll() {
+            self.snapshot_built(done?)?;
+        }
         let applied = self.m.tree.applied_index();
         let due = applied >= self.last_snapshot_index + self.m.cfg.snapshot_entries
             || self.m.applied_bytes >= self.m.cfg.snapshot_bytes;
         let member_added = std::mem::take(&mut self.m.snapshot_wanted);
-        if (member_added || due) && applied > self.last_snapshot_index {
-            let started = Instant::now();
-            let data = self.m.tree.to_snapshot().encode_to_vec();
-            let bytes = data.len();
-            self.last_snapshot_bytes = bytes as u64;
-            self.raft.store_snapshot(applied, data)?;
+        if member_added && applied > self.raft.storage().snapshot_index() {
+            let meta = self.raft.storage().snapshot_meta_at(applied)?;
+            let dir = self.raft.storage().snap_dir().clone();
+            let built = snapshots::Snapshots::build_now(&self.m.tree, meta, &dir)?;
             self.last_snapshot_index = applied;
             self.m.applied_bytes = 0;
-            info!(
+            self.snapshot_built(built)?;
+        } else if due
+            && applied > self.last_snapshot_index
+            // A leader's snapshot installed here may be as new.
+            && applied > self.raft.storage().snapshot_index()
+            && !self.snapshots.busy()
+        {
+            let meta = self.raft.storage().snapshot_meta_at(applied)?;
+            let dir = self.raft.storage().snap_dir().clone();
+            let pause = self.snapshots.start(&self.m.tree, meta, dir)?;
+            debug!(
                 index = applied,
-                bytes,
-                took_ms = started.elapsed().as_millis() as u64,
-                "snapshot taken"
+                core_us = pause.as_micros() as u64,
+                "snapshot started"
             );
-            // What the snapshot now covers may go at once.
-            self.compaction_due = true;
+            self.last_snapshot_index = applied;
+            self.m.applied_bytes = 0;
         }
         if member_added {
             // A new member starts empty and must be initialized from this
@@ -409,6 +433,21 @@ impl Core {
             self.raft.compact_log(applied, 0)?;
         } else if std::mem::take(&mut self.compaction_due) {
             self.compact_log()?;
+        }
+        Ok(())
+    }
+
+    /// A snapshot's file is durable: raft's storage records it (unless one
+    /// newer came meanwhile, from the leader or for a new member), and
+    /// what it covers may leave the log.
+    fn snapshot_built(&mut self, built: snapshots::Built) -> Result<(), CoreError> {
+        let index = built.meta.index;
+        if self.raft.snapshot_written(built.meta.clone())? {
+            self.last_snapshot_bytes = built.bytes;
+            snapshots::log_taken(&built);
+            self.compaction_due = true;
+        } else {
+            debug!(index, "snapshot superseded by a newer one; dropped");
         }
         Ok(())
     }

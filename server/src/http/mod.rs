@@ -9,8 +9,8 @@
 //! no lock semantics of its own: every rule lives in the recipe and the
 //! pipeline behind it. This module must never touch the tree directly.
 
-mod contract;
 pub(crate) mod admin;
+mod contract;
 mod health;
 mod limited;
 pub(crate) mod locks;

@@ -1,9 +1,11 @@
-//! Raft: the log and hard state on disk ([`storage`]), the node that drives
+//! Raft: the log and hard state on disk ([`storage`]), snapshot files
+//! ([`snapfile`]), the node that drives
 //! `raft::RawNode` through its Ready loop ([`node`]), and the bridge from
 //! raft-rs's slog logging into tracing ([`logger`]).
 
 pub mod logger;
 pub mod node;
+pub mod snapfile;
 pub mod storage;
 pub mod transport;
 pub mod watermark;

@@ -225,10 +225,14 @@ impl RaftNode {
         self.raw.mut_store().sync()
     }
 
-    /// Stores a snapshot of the state machine at `applied`. The log behind
-    /// it stays until [`Self::compact_log`] drops it.
-    pub fn store_snapshot(&mut self, applied: u64, data: Vec<u8>) -> Result<(), StorageError> {
-        self.raw.mut_store().store_snapshot(applied, data)
+    /// A snapshot of the state machine was written (see
+    /// [`DiskStorage::snapshot_written`]); whether it became the latest.
+    /// The log behind it stays until [`Self::compact_log`] drops it.
+    pub fn snapshot_written(
+        &mut self,
+        meta: raft::eraftpb::SnapshotMetadata,
+    ) -> Result<bool, StorageError> {
+        self.raw.mut_store().snapshot_written(meta)
     }
 
     /// Drops the log up to `floor` (what every member has), never past the

@@ -1,5 +1,5 @@
-//! Raft's durable state in fjall: the log, the hard state, the conf state and
-//! the latest snapshot.
+//! Raft's durable state: the log, the hard state and the conf state in
+//! fjall, the latest snapshot in a file of its own ([`super::snapfile`]).
 //!
 //! Entries live on disk only (fjall's block cache keeps the hot tail in
 //! memory); what we keep in memory is the index/term bookkeeping raft asks
@@ -15,6 +15,14 @@
 //! start (the index and term just before its first entry) is stored with
 //! the metadata.
 //!
+//! Snapshots: the core builds one on a thread of its own and writes its
+//! file there ([`SnapDir::write`]), then tells this storage it exists
+//! ([`DiskStorage::snapshot_written`]); the previous file goes once the new
+//! one is durable and current. A leader's snapshot is written before the
+//! log it replaces is dropped, and a start that finds a snapshot newer
+//! than its log finishes that replacement, so a crash between the two
+//! loses nothing.
+//!
 //! This module must never decide anything about the log's contents: it
 //! stores what raft hands it, in raft's order.
 
@@ -26,6 +34,7 @@ use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState, StorageError as RaftStorageError};
 
+use super::snapfile::SnapDir;
 use super::watermark::{Mark, Watermark};
 
 /// fjall's block cache (the log's hot tail for followers that lag a
@@ -40,7 +49,9 @@ pub const META_MEMTABLE_BYTES: u64 = 4 * 1024 * 1024;
 
 const KEY_HARD_STATE: &[u8] = b"hard_state";
 const KEY_CONF_STATE: &[u8] = b"conf_state";
-const KEY_SNAPSHOT: &[u8] = b"snapshot";
+/// Where snapshots were kept before they had files: moved to a file on the
+/// first start that finds one.
+const KEY_LEGACY_SNAPSHOT: &[u8] = b"snapshot";
 /// Index and term (u64 big-endian each) of the entry just before the
 /// log's first. Absent in a data dir from before the log outlived its
 /// snapshot: then it is the snapshot's.
@@ -54,6 +65,8 @@ pub enum StorageError {
     Corrupt { what: &'static str, detail: String },
     #[error("synced watermark: {0}")]
     Watermark(#[from] std::io::Error),
+    #[error("{0}")]
+    Io(String),
 }
 
 fn corrupt(what: &'static str, e: impl std::fmt::Display) -> StorageError {
@@ -72,6 +85,7 @@ pub struct DiskStorage {
     db: Database,
     log: Keyspace,
     meta: Keyspace,
+    snaps: SnapDir,
     hard_state: HardState,
     conf_state: ConfState,
     /// Metadata of the latest snapshot (at or after the log's base).
@@ -94,9 +108,10 @@ fn log_key(index: u64) -> [u8; 8] {
 }
 
 impl DiskStorage {
-    /// Opens (or creates) the storage under `dir`, loading the hard state,
-    /// conf state, snapshot metadata and the terms of the log.
-    pub fn open(dir: &Path) -> Result<Self, StorageError> {
+    /// Opens (or creates) the storage under `dir`, with snapshot files in
+    /// `snap_dir`, loading the hard state, conf state, the latest
+    /// snapshot's metadata and the terms of the log.
+    pub fn open(dir: &Path, snap_dir: &Path) -> Result<Self, StorageError> {
         let db = Database::builder(dir)
             .cache_size(BLOCK_CACHE_BYTES)
             .open()?;
@@ -114,10 +129,10 @@ impl DiskStorage {
             Some(v) => ConfState::parse_from_bytes(&v).map_err(|e| corrupt("conf state", e))?,
             None => ConfState::default(),
         };
-        let snapshot_meta = match meta.get(KEY_SNAPSHOT)? {
-            Some(v) => Snapshot::parse_from_bytes(&v)
-                .map_err(|e| corrupt("snapshot", e))?
-                .take_metadata(),
+        let snaps = SnapDir::open(snap_dir)?;
+        let legacy = migrate_legacy_snapshot(&db, &meta, &snaps)?;
+        let snapshot_meta = match snaps.list()?.last() {
+            Some(&(index, term)) => snaps.read_meta(index, term)?,
             None => SnapshotMetadata::default(),
         };
         let base = match meta.get(KEY_LOG_BASE)? {
@@ -126,7 +141,9 @@ impl DiskStorage {
                 u64::from_be_bytes(v[8..].try_into().expect("8 bytes")),
             ),
             Some(v) => return Err(corrupt("log base", format!("{} bytes", v.len()))),
-            None => (snapshot_meta.index, snapshot_meta.term),
+            // Absent in a new data dir, and in one from before the log
+            // outlived its snapshot: then the log starts at that snapshot.
+            None => legacy.unwrap_or((0, 0)),
         };
         if base.0 > snapshot_meta.index {
             return Err(corrupt(
@@ -171,10 +188,11 @@ impl DiskStorage {
             ));
         }
         let (synced, mark) = Watermark::open(dir)?;
-        let storage = Self {
+        let mut storage = Self {
             db,
             log,
             meta,
+            snaps,
             hard_state,
             conf_state,
             snapshot_meta,
@@ -184,6 +202,9 @@ impl DiskStorage {
             log_bytes,
             synced,
         };
+        // Finish an install a stop interrupted first: the log it leaves is
+        // the one the watermark was lowered for.
+        storage.finish_snapshot_install()?;
         if let Some(mark) = mark {
             storage.check_synced(mark, dir)?;
         }
@@ -228,6 +249,30 @@ impl DiskStorage {
             index,
             term: self.term_of(index).unwrap_or(0),
         }
+    }
+
+    /// A leader's snapshot is written before the log it replaces is
+    /// dropped: a start that finds a snapshot the log does not agree with
+    /// (past its end, or another term at its index) was stopped between
+    /// the two, and finishes the replacement.
+    fn finish_snapshot_install(&mut self) -> Result<(), StorageError> {
+        let m = self.snapshot_meta.clone();
+        if m.index == 0 || m.index == self.base.0 {
+            return Ok(());
+        }
+        let agrees = m.index > self.base.0
+            && m.index <= self.last()
+            && self.terms.get((m.index - self.first()) as usize) == Some(&m.term);
+        if agrees {
+            return Ok(());
+        }
+        tracing::warn!(
+            index = m.index,
+            log_base = self.base.0,
+            log_last = self.last(),
+            "the latest snapshot is newer than the log: finishing its install"
+        );
+        self.replace_log_with(&m)
     }
 
     /// True once a conf state has been stored (the node was bootstrapped).
@@ -327,26 +372,71 @@ impl DiskStorage {
         Ok(())
     }
 
+    /// The metadata a snapshot of the state machine at `index` (applied
+    /// now) gets: the term of that entry and the group as it is now.
+    pub fn snapshot_meta_at(&self, index: u64) -> Result<SnapshotMetadata, StorageError> {
+        let term = self
+            .term_of(index)
+            .ok_or_else(|| corrupt("snapshot", format!("index {index} is not in the log")))?;
+        let mut meta = SnapshotMetadata {
+            index,
+            term,
+            ..Default::default()
+        };
+        meta.set_conf_state(self.conf_state.clone());
+        Ok(meta)
+    }
+
+    /// Removes every snapshot file but the latest (one a build under way
+    /// at a stop may have left), once the latest has been read whole.
+    pub fn remove_older_snapshots(&self) -> Result<(), StorageError> {
+        if self.snapshot_meta.index == 0 {
+            return Ok(());
+        }
+        self.snaps
+            .remove_all_but((self.snapshot_meta.index, self.snapshot_meta.term))
+    }
+
+    /// The latest snapshot's file (for messages).
+    pub fn snapshot_path(&self) -> std::path::PathBuf {
+        self.snaps
+            .path_of(self.snapshot_meta.index, self.snapshot_meta.term)
+    }
+
+    /// Where this node's snapshot files go (for a thread that writes one).
+    pub fn snap_dir(&self) -> &SnapDir {
+        &self.snaps
+    }
+
+    /// A snapshot this node took was written durably (by
+    /// [`SnapDir::write`]): it becomes the latest, and older files go. One
+    /// no newer than the latest (a leader's arrived meanwhile) is removed
+    /// instead. Returns whether it became the latest.
+    pub fn snapshot_written(&mut self, meta: SnapshotMetadata) -> Result<bool, StorageError> {
+        if meta.index <= self.snapshot_meta.index {
+            // The same name is the current file (rewritten whole by the
+            // rename): it stays.
+            if (meta.index, meta.term) != (self.snapshot_meta.index, self.snapshot_meta.term) {
+                self.snaps.remove(meta.index, meta.term)?;
+            }
+            return Ok(false);
+        }
+        let keep = (meta.index, meta.term);
+        self.snapshot_meta = meta;
+        self.snaps.remove_all_but(keep)?;
+        Ok(true)
+    }
+
     /// Stores a snapshot of the state machine at `index` taken by this node
-    /// (synced). The log stays: [`Self::compact_log`] drops it.
+    /// (written and synced here, on the caller's thread). The log stays:
+    /// [`Self::compact_log`] drops it.
     pub fn store_snapshot(&mut self, index: u64, data: Vec<u8>) -> Result<(), StorageError> {
         if index <= self.snapshot_meta.index {
             return Ok(());
         }
-        let term = self
-            .term_of(index)
-            .ok_or_else(|| corrupt("snapshot", format!("index {index} is not in the log")))?;
-        let mut snap = Snapshot {
-            data: data.into(),
-            ..Default::default()
-        };
-        let meta = snap.mut_metadata();
-        meta.index = index;
-        meta.term = term;
-        meta.set_conf_state(self.conf_state.clone());
-        self.write_snapshot(&snap)?;
-        self.sync()?;
-        self.snapshot_meta = snap.take_metadata();
+        let meta = self.snapshot_meta_at(index)?;
+        self.snaps.write(&meta, &data)?;
+        self.snapshot_written(meta)?;
         Ok(())
     }
 
@@ -386,16 +476,28 @@ impl DiskStorage {
     }
 
     /// Installs a snapshot received from the leader: it replaces the log.
-    pub fn apply_snapshot(&mut self, mut snap: Snapshot) -> Result<(), StorageError> {
+    /// The file is durable before the log goes (see
+    /// [`Self::finish_snapshot_install`]).
+    pub fn apply_snapshot(&mut self, snap: Snapshot) -> Result<(), StorageError> {
         let meta = snap.get_metadata().clone();
         if meta.index <= self.snapshot_meta.index {
             return Ok(());
         }
+        // The log is cut back to the snapshot: the watermark first.
         self.synced.lower(Mark {
             index: meta.index,
             term: meta.term,
         })?;
-        self.write_snapshot(&snap)?;
+        self.snaps.write(&meta, &snap.data)?;
+        self.replace_log_with(&meta)?;
+        self.snapshot_meta = meta;
+        self.snaps
+            .remove_all_but((self.snapshot_meta.index, self.snapshot_meta.term))
+    }
+
+    /// Drops the whole log: it starts after `meta`'s index, with `meta`'s
+    /// group; the hard state covers it. Synced.
+    fn replace_log_with(&mut self, meta: &SnapshotMetadata) -> Result<(), StorageError> {
         let mut batch = self.db.batch();
         for i in self.base.0 + 1..=self.last() {
             batch.remove(&self.log, log_key(i));
@@ -414,24 +516,18 @@ impl DiskStorage {
         hs.commit = hs.commit.max(meta.index);
         self.set_hard_state(hs)?;
         self.set_conf_state(meta.get_conf_state().clone())?;
-        self.snapshot_meta = snap.take_metadata();
         self.sync()
     }
 
-    /// The stored snapshot (metadata + state machine data), if any.
+    /// The latest snapshot (metadata + state machine data), if any, read
+    /// whole and checked.
     pub fn load_snapshot(&self) -> Result<Option<Snapshot>, StorageError> {
-        match self.meta.get(KEY_SNAPSHOT)? {
-            Some(v) => Ok(Some(
-                Snapshot::parse_from_bytes(&v).map_err(|e| corrupt("snapshot", e))?,
-            )),
-            None => Ok(None),
+        if self.snapshot_meta.index == 0 {
+            return Ok(None);
         }
-    }
-
-    fn write_snapshot(&self, snap: &Snapshot) -> Result<(), StorageError> {
-        let bytes = snap.write_to_bytes().map_err(|e| corrupt("snapshot", e))?;
-        self.meta.insert(KEY_SNAPSHOT, bytes)?;
-        Ok(())
+        self.snaps
+            .read(self.snapshot_meta.index, self.snapshot_meta.term)
+            .map(Some)
     }
 
     fn first(&self) -> u64 {
@@ -454,6 +550,31 @@ impl DiskStorage {
         }
         self.terms.get((index - self.first()) as usize).copied()
     }
+}
+
+/// A snapshot stored in fjall by an older version becomes a file (if no
+/// newer file is there) and leaves fjall. Returns its index and term.
+fn migrate_legacy_snapshot(
+    db: &Database,
+    meta: &Keyspace,
+    snaps: &SnapDir,
+) -> Result<Option<(u64, u64)>, StorageError> {
+    let Some(v) = meta.get(KEY_LEGACY_SNAPSHOT)? else {
+        return Ok(None);
+    };
+    let snap = Snapshot::parse_from_bytes(&v).map_err(|e| corrupt("snapshot", e))?;
+    let m = snap.get_metadata();
+    if snaps
+        .list()?
+        .last()
+        .is_none_or(|&(index, _)| index < m.index)
+    {
+        snaps.write(m, &snap.data)?;
+    }
+    let it = (m.index, m.term);
+    meta.remove(KEY_LEGACY_SNAPSHOT)?;
+    db.persist(PersistMode::SyncAll)?;
+    Ok(Some(it))
 }
 
 impl raft::Storage for DiskStorage {
@@ -532,6 +653,10 @@ mod tests {
     use super::*;
     use raft::Storage;
 
+    fn open(dir: &Path) -> Result<DiskStorage, StorageError> {
+        DiskStorage::open(&dir.join("raft"), &dir.join("snapshots"))
+    }
+
     fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
         Entry {
             index,
@@ -545,7 +670,7 @@ mod tests {
     fn entries_hard_state_and_snapshot_survive_reopen() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let mut s = DiskStorage::open(dir.path()).unwrap();
+            let mut s = open(dir.path()).unwrap();
             assert!(!s.is_initialized());
             s.bootstrap(vec![1]).unwrap();
             s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b"), entry(3, 2, b"c")])
@@ -565,7 +690,7 @@ mod tests {
             );
             assert_eq!(s.compact_log(2, u64::MAX).unwrap(), Some(3));
         }
-        let s = DiskStorage::open(dir.path()).unwrap();
+        let s = open(dir.path()).unwrap();
         assert!(s.is_initialized());
         assert_eq!(s.initial_state().unwrap().hard_state.commit, 3);
         assert_eq!(s.initial_state().unwrap().conf_state.voters, vec![1]);
@@ -586,7 +711,7 @@ mod tests {
     #[test]
     fn append_replaces_conflicting_suffix() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = DiskStorage::open(dir.path()).unwrap();
+        let mut s = open(dir.path()).unwrap();
         s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b"), entry(3, 1, b"c")])
             .unwrap();
         s.append(&[entry(2, 2, b"B")]).unwrap();
@@ -597,14 +722,14 @@ mod tests {
             .unwrap();
         assert_eq!(got, vec![entry(1, 1, b"a"), entry(2, 2, b"B")]);
         drop(s);
-        let s = DiskStorage::open(dir.path()).unwrap();
+        let s = open(dir.path()).unwrap();
         assert_eq!(s.last_index().unwrap(), 2);
     }
 
     #[test]
     fn entries_respect_max_size_but_return_at_least_one() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = DiskStorage::open(dir.path()).unwrap();
+        let mut s = open(dir.path()).unwrap();
         s.append(&[entry(1, 1, &[0; 100]), entry(2, 1, &[0; 100])])
             .unwrap();
         let got = s
@@ -620,7 +745,7 @@ mod tests {
     #[test]
     fn the_log_outlives_its_snapshot_until_followers_have_it_or_it_is_too_big() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = DiskStorage::open(dir.path()).unwrap();
+        let mut s = open(dir.path()).unwrap();
         s.bootstrap(vec![1]).unwrap();
         let entries: Vec<Entry> = (1..=10).map(|i| entry(i, 1, &[0; 100])).collect();
         s.append(&entries).unwrap();
@@ -641,7 +766,7 @@ mod tests {
         assert_eq!(s.compact_log(10, u64::MAX).unwrap(), None);
         // Reopened: the log starts where it was compacted to.
         drop(s);
-        let mut s = DiskStorage::open(dir.path()).unwrap();
+        let mut s = open(dir.path()).unwrap();
         assert_eq!(s.first_index().unwrap(), 9);
         assert_eq!(s.last_index().unwrap(), 10);
         assert_eq!(s.log_bytes(), 2 * per_entry);
@@ -682,7 +807,7 @@ mod tests {
     /// 200 synced entries of 100 bytes, nothing committed (a follower's
     /// acknowledged but not yet committed tail).
     fn synced_log(dir: &Path) {
-        let mut s = DiskStorage::open(dir).unwrap();
+        let mut s = open(dir).unwrap();
         s.bootstrap(vec![1]).unwrap();
         for i in 1..=200u64 {
             s.append(&[entry(i, 1, &[i as u8; 100])]).unwrap();
@@ -707,7 +832,7 @@ mod tests {
             bytes[at] ^= 0x5a;
             std::fs::write(&journal, &bytes).unwrap();
             // fjall's own refusal, or ours naming the journal.
-            if let Ok(s) = DiskStorage::open(dir.path()) {
+            if let Ok(s) = open(dir.path()) {
                 panic!(
                     "byte {at} of {} ({percent}%) flipped: opened with the log ending at {} of 200",
                     journal.display(),
@@ -721,7 +846,7 @@ mod tests {
     fn a_log_cut_back_by_a_new_leader_is_not_a_loss() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let mut s = DiskStorage::open(dir.path()).unwrap();
+            let mut s = open(dir.path()).unwrap();
             s.bootstrap(vec![1]).unwrap();
             s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b"), entry(3, 1, b"c")])
                 .unwrap();
@@ -730,7 +855,7 @@ mod tests {
             s.append(&[entry(2, 2, b"B")]).unwrap();
             s.sync().unwrap();
         }
-        let s = DiskStorage::open(dir.path()).expect("a cut log opens");
+        let s = open(dir.path()).expect("a cut log opens");
         assert_eq!(s.last_index().unwrap(), 2);
         assert_eq!(s.term(2).unwrap(), 2);
     }
@@ -741,7 +866,7 @@ mod tests {
         synced_log(dir.path());
         {
             // The disk loses the last 50 entries (a dropped journal tail).
-            let db = Database::builder(dir.path()).open().unwrap();
+            let db = Database::builder(dir.path().join("raft")).open().unwrap();
             let log = db
                 .keyspace("raft_log", KeyspaceCreateOptions::default)
                 .unwrap();
@@ -750,10 +875,7 @@ mod tests {
             }
             db.persist(PersistMode::SyncAll).unwrap();
         }
-        let msg = DiskStorage::open(dir.path())
-            .err()
-            .expect("refused")
-            .to_string();
+        let msg = open(dir.path()).err().expect("refused").to_string();
         assert!(
             msg.contains("entries up to 200") && msg.contains("ends at entry 150"),
             "{msg}"
@@ -765,7 +887,7 @@ mod tests {
     fn a_log_missing_committed_entries_refuses_to_open() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let mut s = DiskStorage::open(dir.path()).unwrap();
+            let mut s = open(dir.path()).unwrap();
             s.bootstrap(vec![1]).unwrap();
             s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b")]).unwrap();
             s.set_hard_state(HardState {
@@ -779,18 +901,133 @@ mod tests {
         {
             // The disk loses the last entry (as a dropped journal tail
             // would), the commit index stays.
-            let db = Database::builder(dir.path()).open().unwrap();
+            let db = Database::builder(dir.path().join("raft")).open().unwrap();
             let log = db
                 .keyspace("raft_log", KeyspaceCreateOptions::default)
                 .unwrap();
             log.remove(log_key(2)).unwrap();
             db.persist(PersistMode::SyncAll).unwrap();
         }
-        let err = DiskStorage::open(dir.path()).err().expect("refused");
+        let err = open(dir.path()).err().expect("refused");
         let msg = err.to_string();
         assert!(
             msg.contains("committed") && msg.contains("ends at 1"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn a_leader_snapshot_written_before_a_crash_finishes_its_install_on_start() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = open(dir.path()).unwrap();
+            s.bootstrap(vec![1, 2, 3]).unwrap();
+            s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b"), entry(3, 1, b"c")])
+                .unwrap();
+            s.sync().unwrap();
+            // The leader's snapshot at 10 is durable; the process dies
+            // before the log it replaces is dropped.
+            let mut meta = SnapshotMetadata {
+                index: 10,
+                term: 2,
+                ..Default::default()
+            };
+            meta.mut_conf_state().voters = vec![1, 2, 3, 4];
+            s.snap_dir().write(&meta, b"tree@10").unwrap();
+        }
+        let s = open(dir.path()).unwrap();
+        assert_eq!(s.snapshot_index(), 10);
+        assert_eq!(s.first_index().unwrap(), 11);
+        assert_eq!(s.last_index().unwrap(), 10);
+        assert_eq!(s.term(10).unwrap(), 2);
+        let state = s.initial_state().unwrap();
+        assert_eq!(state.hard_state.commit, 10);
+        assert_eq!(state.conf_state.voters, vec![1, 2, 3, 4]);
+        assert_eq!(&s.load_snapshot().unwrap().unwrap().data[..], b"tree@10");
+    }
+
+    #[test]
+    fn a_snapshot_kept_in_fjall_by_an_older_version_becomes_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = open(dir.path()).unwrap();
+            s.bootstrap(vec![1]).unwrap();
+            s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b")]).unwrap();
+            s.sync().unwrap();
+        }
+        {
+            let db = Database::builder(dir.path().join("raft")).open().unwrap();
+            let meta = db
+                .keyspace("raft_meta", KeyspaceCreateOptions::default)
+                .unwrap();
+            let mut snap = Snapshot {
+                data: b"tree@2".to_vec().into(),
+                ..Default::default()
+            };
+            snap.mut_metadata().index = 2;
+            snap.mut_metadata().term = 1;
+            meta.insert(KEY_LEGACY_SNAPSHOT, snap.write_to_bytes().unwrap())
+                .unwrap();
+            // The log was never compacted: it starts at the beginning.
+            meta.insert(KEY_LOG_BASE, [0u8; 16].to_vec()).unwrap();
+            db.persist(PersistMode::SyncAll).unwrap();
+        }
+        let s = open(dir.path()).unwrap();
+        assert_eq!(s.snapshot_index(), 2);
+        assert_eq!(s.first_index().unwrap(), 1, "the log stays");
+        assert_eq!(&s.load_snapshot().unwrap().unwrap().data[..], b"tree@2");
+        assert_eq!(s.snap_dir().list().unwrap(), vec![(2, 1)]);
+        assert!(s.meta.get(KEY_LEGACY_SNAPSHOT).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_start_loads_the_newest_snapshot_file_and_drops_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = open(dir.path()).unwrap();
+            s.bootstrap(vec![1]).unwrap();
+            let entries: Vec<Entry> = (1..=10).map(|i| entry(i, 1, b"x")).collect();
+            s.append(&entries).unwrap();
+            s.sync().unwrap();
+            s.store_snapshot(4, b"tree@4".to_vec()).unwrap();
+            // A build under way when the server stopped: written, never
+            // recorded.
+            let newer = s.snapshot_meta_at(7).unwrap();
+            s.snap_dir().write(&newer, b"tree@7").unwrap();
+        }
+        let s = open(dir.path()).unwrap();
+        assert_eq!(s.snapshot_index(), 7);
+        assert_eq!(s.first_index().unwrap(), 1, "the log agrees: it stays");
+        assert_eq!(&s.load_snapshot().unwrap().unwrap().data[..], b"tree@7");
+        s.remove_older_snapshots().unwrap();
+        assert_eq!(s.snap_dir().list().unwrap(), vec![(7, 1)]);
+    }
+
+    #[test]
+    fn a_snapshot_written_late_never_replaces_a_newer_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = open(dir.path()).unwrap();
+        s.bootstrap(vec![1]).unwrap();
+        let entries: Vec<Entry> = (1..=10).map(|i| entry(i, 1, b"x")).collect();
+        s.append(&entries).unwrap();
+        // Taken at 5 on a thread; meanwhile one at 8 is stored.
+        let late = s.snapshot_meta_at(5).unwrap();
+        s.store_snapshot(8, b"tree@8".to_vec()).unwrap();
+        s.snap_dir().write(&late, b"tree@5").unwrap();
+        assert!(!s.snapshot_written(late).unwrap());
+        assert_eq!(s.snapshot_index(), 8);
+        assert_eq!(s.snap_dir().list().unwrap(), vec![(8, 1)]);
+        // One at the same index (a follower's own, after installing the
+        // leader's there) leaves the current file in place.
+        let same = s.snapshot_meta_at(8).unwrap();
+        s.snap_dir().write(&same, b"tree@8").unwrap();
+        assert!(!s.snapshot_written(same).unwrap());
+        assert_eq!(&s.load_snapshot().unwrap().unwrap().data[..], b"tree@8");
+        // One newer replaces it, and the older file goes.
+        let newer = s.snapshot_meta_at(10).unwrap();
+        s.snap_dir().write(&newer, b"tree@10").unwrap();
+        assert!(s.snapshot_written(newer).unwrap());
+        assert_eq!(s.snap_dir().list().unwrap(), vec![(10, 1)]);
+        assert_eq!(&s.snapshot(0, 0).unwrap().data[..], b"tree@10");
     }
 }

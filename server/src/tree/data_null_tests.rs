@@ -40,6 +40,7 @@ fn create(path: &str, data: &[u8], data_null: bool) -> CreateTxn {
 
 fn set(path: &str, data: &[u8], data_null: bool) -> SetDataTxn {
     SetDataTxn {
+        ttl_ms: 0,
         path: path.into(),
         data: data.to_vec(),
         version: None,

@@ -1,7 +1,8 @@
 //! The tree's consistency rules, written as checks.
 //!
 //! [`DataTree::check_invariants`] is the full O(n) check that tests run
-//! after every step and that `from_snapshot` runs on what it loaded;
+//! after every step and that `from_snapshot` asserts (in debug builds) on
+//! what it loaded, having checked each node as it came;
 //! `check_node` is the local part `apply` asserts (in debug builds) on the
 //! nodes it touched. This file must never change the tree.
 
@@ -11,8 +12,7 @@ use super::{DataTree, ROOT};
 
 impl DataTree {
     /// Checks every rule the tree must hold; the error names the first
-    /// broken one. O(n): meant for tests and for loading snapshots, not for
-    /// the apply path.
+    /// broken one. O(n): meant for tests, not for the apply path.
     pub fn check_invariants(&self) -> Result<(), String> {
         let root = self.nodes.get(ROOT).ok_or("the root is missing")?;
         if root.ephemeral_owner != 0 || root.container || root.ttl_ms > 0 {
@@ -35,7 +35,7 @@ impl DataTree {
                 ));
             }
             for name in &node.children {
-                if !self.nodes.contains_key(&path::join(p, name)) {
+                if !self.nodes.contains_key(path::join(p, name).as_str()) {
                     return Err(format!("{p}: child {name:?} does not exist"));
                 }
             }
@@ -61,7 +61,7 @@ impl DataTree {
                 return Err(format!("session {owner:#x} has an empty ephemeral entry"));
             }
             for p in paths {
-                match self.nodes.get(p) {
+                match self.nodes.get(p.as_str()) {
                     Some(n) if n.ephemeral_owner == *owner => {}
                     _ => return Err(format!("{p}: indexed as an ephemeral of {owner:#x}")),
                 }
@@ -74,7 +74,7 @@ impl DataTree {
             ));
         }
         for p in &self.containers {
-            if !matches!(self.nodes.get(p), Some(n) if n.container) {
+            if !matches!(self.nodes.get(p.as_str()), Some(n) if n.container) {
                 return Err(format!("{p}: indexed as a container"));
             }
         }
@@ -82,7 +82,7 @@ impl DataTree {
             return Err("the container index does not match the nodes".into());
         }
         for p in &self.ttls {
-            if !matches!(self.nodes.get(p), Some(n) if n.ttl_ms > 0) {
+            if !matches!(self.nodes.get(p.as_str()), Some(n) if n.ttl_ms > 0) {
                 return Err(format!("{p}: indexed as a TTL node"));
             }
         }
@@ -186,7 +186,7 @@ impl DataTree {
     pub(super) fn stats(&self) -> std::collections::BTreeMap<String, warden_protocol::pb::Stat> {
         self.nodes
             .iter()
-            .map(|(p, n)| (p.clone(), n.stat()))
+            .map(|(p, n)| (p.to_string(), n.stat()))
             .collect()
     }
 }

@@ -24,15 +24,26 @@
 //! tree.ephemerals(session_id) -> Vec<String>       // sorted paths
 //! tree.node_count() -> usize
 //! tree.removal_candidates(now_ms: i64) -> Vec<GuardedDeleteTxn>
-//! tree.to_snapshot() -> Snapshot                   // proto::Snapshot
+//! tree.freeze() -> FrozenTree                      // a view that later changes miss
+//! frozen.to_snapshot() / frozen.encode()           // proto::Snapshot, on any thread
+//! tree.to_snapshot() -> Snapshot                   // freeze + to_snapshot
 //! DataTree::from_snapshot(&Snapshot) -> Result<DataTree, SnapshotError>
 //! tree.check_invariants() -> Result<(), String>     // full check, for tests
 //! ```
 //!
 //! Layout: `node.rs` holds one znode ([`Node`]), `txn.rs` is `apply` (with the
-//! undo log that makes a multi all-or-nothing), `snapshot.rs` converts to
-//! and from the snapshot format, `invariants.rs` is the full consistency
-//! check the tests run after every step.
+//! undo log that makes a multi all-or-nothing), `frozen.rs` is the frozen
+//! view snapshots are built from, `snapshot.rs` converts to and from the
+//! snapshot format, `invariants.rs` is the full consistency check the tests
+//! run after every step.
+//!
+//! Nodes, their paths and the session records are held behind `Arc`s, so
+//! that [`DataTree::freeze`] can take a view of the whole tree for the cost
+//! of a pointer per node, and a snapshot is encoded and written on another
+//! thread while the tree goes on applying. The tree copies a node the view
+//! still shares on its first change ([`DataTree::node_mut`],
+//! `Arc::make_mut`): a node, its data and its child names, never its
+//! children themselves.
 //!
 //! Besides the nodes, the tree keeps three indexes that `apply` updates in
 //! the same step as the node they describe: session id -> its ephemeral
@@ -44,6 +55,7 @@
 pub mod acl;
 mod acl_table;
 mod digest;
+mod frozen;
 mod invariants;
 mod node;
 mod snapshot;
@@ -60,6 +72,7 @@ mod tests;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
+use std::sync::Arc;
 
 use warden_protocol::path;
 use warden_protocol::pb::{Acl, Stat};
@@ -67,6 +80,7 @@ use warden_protocol::pb::{Acl, Stat};
 use crate::proto::{GuardedDeleteTxn, MemberChangeTxn};
 
 pub use acl_table::SharedAcl;
+pub use frozen::FrozenTree;
 pub use node::{Node, SessionInfo, SERVER_XID_BIT};
 pub use snapshot::SnapshotError;
 pub use txn::{Applied, MultiOutcome, OpOutcome, TreeError, Trigger, TxnResult};
@@ -82,12 +96,15 @@ pub const ROOT: &str = "/";
 pub struct DataTree {
     /// Every node by full path. A `HashMap` is fine here: nothing iterates
     /// it in an order that matters (snapshots sort, listings use the
-    /// parent's sorted child set). Nodes are boxed: the table's buckets (a
-    /// power of two of them, up to half empty) then hold a pointer each,
-    /// not a whole node.
-    nodes: HashMap<String, Box<Node>>,
+    /// parent's sorted child set). Nodes and paths are shared (`Arc`): the
+    /// table's buckets (a power of two of them, up to half empty) hold two
+    /// pointers each, not a whole node, and a frozen view shares both.
+    /// Hashed with foldhash: SipHash was a tenth of a snapshot restore,
+    /// and the keys come from the log, not from an attacker's free choice.
+    nodes: NodeMap,
     /// Live sessions by id, sorted so that iteration is deterministic.
-    sessions: BTreeMap<u64, SessionInfo>,
+    /// Shared with frozen views like the nodes.
+    sessions: BTreeMap<u64, Arc<SessionInfo>>,
     /// Session id -> paths of its ephemeral nodes. A session without
     /// ephemerals has no entry (so a rebuilt index compares equal).
     ephemerals: BTreeMap<u64, BTreeSet<String>>,
@@ -106,6 +123,9 @@ pub struct DataTree {
     data_bytes: u64,
 }
 
+/// The node table: full path -> node, both shared with frozen views.
+type NodeMap = HashMap<Arc<str>, Arc<Node>, foldhash::fast::RandomState>;
+
 impl Default for DataTree {
     fn default() -> Self {
         Self::new()
@@ -116,7 +136,7 @@ impl Default for DataTree {
 // a failing property test's diff readable.
 impl fmt::Debug for DataTree {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let nodes: BTreeMap<&String, &Node> = self.nodes.iter().map(|(p, n)| (p, &**n)).collect();
+        let nodes: BTreeMap<&str, &Node> = self.nodes.iter().map(|(p, n)| (&**p, &**n)).collect();
         f.debug_struct("DataTree")
             .field("applied_index", &self.applied_index)
             .field("nodes", &nodes)
@@ -132,8 +152,8 @@ impl DataTree {
     /// A tree holding only the root, which has an all-zero stat and the
     /// open ACL.
     pub fn new() -> Self {
-        let mut nodes = HashMap::new();
-        nodes.insert(ROOT.to_string(), Box::new(Node::root()));
+        let mut nodes = NodeMap::default();
+        nodes.insert(ROOT.into(), Arc::new(Node::root()));
         DataTree {
             nodes,
             sessions: BTreeMap::new(),
@@ -199,7 +219,7 @@ impl DataTree {
     }
 
     pub fn session(&self, id: u64) -> Option<&SessionInfo> {
-        self.sessions.get(&id)
+        self.sessions.get(&id).map(|s| &**s)
     }
 
     /// How many sessions are live.
@@ -209,7 +229,7 @@ impl DataTree {
 
     /// Live sessions, by increasing id.
     pub fn sessions(&self) -> impl Iterator<Item = (u64, &SessionInfo)> {
-        self.sessions.iter().map(|(id, info)| (*id, info))
+        self.sessions.iter().map(|(id, info)| (*id, &**info))
     }
 
     /// Paths of the ephemeral nodes `session_id` owns, sorted.
@@ -232,7 +252,7 @@ impl DataTree {
             .collect();
         while let Some(p) = stack.pop() {
             count += 1;
-            if let Some(n) = self.nodes.get(&p) {
+            if let Some(n) = self.nodes.get(p.as_str()) {
                 stack.extend(
                     n.children
                         .iter()
@@ -256,7 +276,7 @@ impl DataTree {
 
     /// Every node, in no particular order.
     pub fn nodes(&self) -> impl Iterator<Item = (&str, &Node)> {
-        self.nodes.iter().map(|(p, n)| (p.as_str(), &**n))
+        self.nodes.iter().map(|(p, n)| (&**p, &**n))
     }
 
     /// The removals the leader should propose at `now_ms`, sorted by path:
@@ -271,7 +291,7 @@ impl DataTree {
         self.containers
             .union(&self.ttls)
             .filter_map(|path| {
-                let node = self.nodes.get(path)?;
+                let node = self.nodes.get(path.as_str())?;
                 if !node.children.is_empty() {
                     return None;
                 }
@@ -286,13 +306,24 @@ impl DataTree {
             .collect()
     }
 
+    /// The node at `path`, to change: copied first if a frozen view still
+    /// shares it. Every change to a node goes through here.
+    pub(super) fn node_mut(&mut self, path: &str) -> Option<&mut Node> {
+        self.nodes.get_mut(path).map(Arc::make_mut)
+    }
+
+    /// The session record of `id`, to change (copied first if shared).
+    pub(super) fn session_mut(&mut self, id: u64) -> Option<&mut SessionInfo> {
+        self.sessions.get_mut(&id).map(Arc::make_mut)
+    }
+
     /// Adds `node` at `path` under its (existing) parent and indexes it.
     /// Every insertion goes through here so that the parent's child set and
     /// the indexes can never miss one.
-    fn insert_node(&mut self, path: String, node: Node) {
-        debug_assert!(path != ROOT, "the root is never inserted");
+    fn insert_node(&mut self, path: Arc<str>, node: Arc<Node>) {
+        debug_assert!(&*path != ROOT, "the root is never inserted");
         debug_assert!(node.children.is_empty(), "{path}: inserted with children");
-        match self.nodes.get_mut(path::parent(&path)) {
+        match self.node_mut(path::parent(&path)) {
             Some(parent) => {
                 let fresh = parent.children.insert(path::name(&path).to_string());
                 debug_assert!(fresh, "{path}: already a child of its parent");
@@ -301,23 +332,23 @@ impl DataTree {
         }
         self.index_insert(&path, &node);
         self.data_bytes += (path.len() + node.data.len()) as u64;
-        let previous = self.nodes.insert(path, Box::new(node));
+        let previous = self.nodes.insert(path, node);
         debug_assert!(previous.is_none(), "inserted over an existing node");
     }
 
     /// Removes the childless node at `path` from its parent and the
     /// indexes. The counterpart of [`insert_node`](Self::insert_node).
-    fn remove_node(&mut self, path: &str) -> Option<Node> {
+    fn remove_node(&mut self, path: &str) -> Option<Arc<Node>> {
         debug_assert!(path != ROOT, "the root is never removed");
         let node = self.nodes.remove(path)?;
         debug_assert!(node.children.is_empty(), "{path}: removed with children");
-        if let Some(parent) = self.nodes.get_mut(path::parent(path)) {
+        if let Some(parent) = self.node_mut(path::parent(path)) {
             let was_child = parent.children.remove(path::name(path));
             debug_assert!(was_child, "{path}: not a child of its parent");
         }
         self.index_remove(path, &node);
         self.data_bytes -= (path.len() + node.data.len()) as u64;
-        Some(*node)
+        Some(node)
     }
 
     fn index_insert(&mut self, path: &str, node: &Node) {

@@ -187,7 +187,7 @@ fn steps() -> impl Strategy<Value = Vec<(Spec, i64)>> {
 }
 
 fn existing(tree: &DataTree) -> Vec<String> {
-    let mut paths: Vec<String> = tree.nodes.keys().cloned().collect();
+    let mut paths: Vec<String> = tree.nodes.keys().map(|p| p.to_string()).collect();
     paths.sort();
     paths
 }

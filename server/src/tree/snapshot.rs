@@ -7,13 +7,14 @@
 //! The indexes (ephemerals, containers, TTLs) are not stored; loading
 //! rebuilds them from the nodes.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use warden_protocol::{path, DATA_BYTES_MAX};
 
 use super::node::Node;
 use super::{DataTree, SessionInfo, ROOT};
-use crate::proto::{Snapshot, SnapshotNode, SnapshotSession};
+use crate::proto::{Snapshot, SnapshotNode};
 
 /// Why a snapshot could not be loaded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -63,167 +64,148 @@ pub enum SnapshotError {
 }
 
 impl DataTree {
-    /// The whole state at `applied_index`: nodes sorted by path, sessions
-    /// by id. Plain path order lists every parent before its children,
-    /// because a parent's path is a prefix of theirs.
-    pub fn to_snapshot(&self) -> Snapshot {
-        let mut nodes: Vec<SnapshotNode> = self
-            .nodes
-            .iter()
-            .map(|(p, n)| SnapshotNode {
-                path: p.clone(),
-                data: n.data.clone(),
-                acl: n.acl.to_vec(),
-                stat: Some(n.stat()),
-                container: n.container,
-                ttl_ms: n.ttl_ms,
-                data_null: n.data_null,
-            })
-            .collect();
-        nodes.sort_unstable_by(|a, b| a.path.cmp(&b.path));
-        let sessions = self
-            .sessions
-            .iter()
-            .map(|(id, s)| SnapshotSession {
-                session_id: *id,
-                password: s.password.clone(),
-                timeout_ms: s.timeout_ms,
-                recent: s
-                    .recent
-                    .iter()
-                    .map(|(xid, response)| crate::proto::RecentResult {
-                        xid: *xid,
-                        response: response.clone(),
-                    })
-                    .collect(),
-            })
-            .collect();
-        Snapshot {
-            applied_index: self.applied_index,
-            nodes,
-            sessions,
-            members: self
-                .members
-                .iter()
-                .map(|(id, addr)| crate::proto::SnapshotMember {
-                    id: *id,
-                    addr: addr.clone(),
-                })
-                .collect(),
-        }
-    }
-
     /// Loads a snapshot, checking that it describes a tree `apply` could
     /// have built: the root first, every parent before its children,
-    /// stored counts matching the data and children, ephemerals owned by
-    /// listed sessions and childless. Rebuilds the indexes.
+    /// stored counts matching the data and children, zxids in order,
+    /// ephemerals owned by listed sessions and childless. Rebuilds the
+    /// indexes.
     pub fn from_snapshot(snap: &Snapshot) -> Result<DataTree, SnapshotError> {
+        Self::from_snapshot_owned(snap.clone())
+    }
+
+    /// [`from_snapshot`](Self::from_snapshot) taking the snapshot by
+    /// value: each node's data moves into the tree instead of being
+    /// copied (what a server restoring a million nodes wants).
+    ///
+    /// Every rule is checked node by node as it is loaded (its parent is
+    /// already in), so the tree is not walked a second time; the full
+    /// [`check_invariants`](Self::check_invariants) still runs in debug
+    /// builds.
+    pub fn from_snapshot_owned(snap: Snapshot) -> Result<DataTree, SnapshotError> {
         let mut sessions = BTreeMap::new();
-        for s in &snap.sessions {
+        for s in snap.sessions {
             if s.session_id == 0 {
                 return Err(SnapshotError::ReservedSessionId);
             }
+            let skip = s
+                .recent
+                .len()
+                .saturating_sub(super::node::RECENT_RESULTS_MAX);
             let info = SessionInfo {
-                password: s.password.clone(),
+                password: s.password,
                 timeout_ms: s.timeout_ms,
                 recent: s
                     .recent
-                    .iter()
-                    .rev()
-                    .take(super::node::RECENT_RESULTS_MAX)
-                    .rev()
-                    .map(|r| (r.xid, r.response.clone()))
+                    .into_iter()
+                    .skip(skip)
+                    .map(|r| (r.xid, r.response))
                     .collect(),
             };
-            if sessions.insert(s.session_id, info).is_some() {
+            if sessions.insert(s.session_id, Arc::new(info)).is_some() {
                 return Err(SnapshotError::DuplicateSession {
                     session_id: s.session_id,
                 });
             }
         }
+        let mut nodes = super::NodeMap::default();
+        nodes.reserve(snap.nodes.len());
         let mut tree = DataTree {
-            nodes: HashMap::with_capacity(snap.nodes.len()),
+            nodes,
             sessions,
             ephemerals: BTreeMap::new(),
             containers: BTreeSet::new(),
             ttls: BTreeSet::new(),
             applied_index: snap.applied_index,
-            members: snap
-                .members
-                .iter()
-                .map(|m| (m.id, m.addr.clone()))
-                .collect(),
+            members: snap.members.into_iter().map(|m| (m.id, m.addr)).collect(),
             acls: Default::default(),
             data_bytes: 0,
         };
 
-        let mut stored = snap.nodes.iter();
+        // Stored children counts, compared once every node is in.
+        let mut counts: Vec<(Arc<str>, u32)> = Vec::with_capacity(snap.nodes.len());
+        let mut stored = snap.nodes.into_iter();
         let root = stored.next().ok_or(SnapshotError::MissingRoot)?;
         if root.path != ROOT {
-            return Err(SnapshotError::RootNotFirst {
-                found: root.path.clone(),
-            });
+            return Err(SnapshotError::RootNotFirst { found: root.path });
         }
-        let root_node = tree.node_from_snapshot(root)?;
+        let root_children = root.stat.map_or(0, |s| s.num_children);
+        let root_node = tree.node_from_snapshot(ROOT, root)?;
         if root_node.ephemeral_owner != 0 || root_node.container || root_node.ttl_ms > 0 {
             return Err(SnapshotError::BadRoot);
         }
         tree.data_bytes = (ROOT.len() + root_node.data.len()) as u64;
-        tree.nodes.insert(ROOT.to_string(), Box::new(root_node));
+        tree.check_zxids(ROOT, &root_node)?;
+        counts.push((ROOT.into(), root_children));
+        tree.nodes.insert(ROOT.into(), Arc::new(root_node));
 
-        for sn in stored {
-            let p = sn.path.as_str();
-            if path::validate(p).is_err() {
-                return Err(SnapshotError::InvalidPath {
-                    path: p.to_string(),
-                });
+        for mut sn in stored {
+            let p = std::mem::take(&mut sn.path);
+            if path::validate(&p).is_err() {
+                return Err(SnapshotError::InvalidPath { path: p });
             }
-            if tree.nodes.contains_key(p) {
-                return Err(SnapshotError::DuplicateNode {
-                    path: p.to_string(),
-                });
+            if tree.nodes.contains_key(p.as_str()) {
+                return Err(SnapshotError::DuplicateNode { path: p });
             }
-            match tree.nodes.get(path::parent(p)) {
-                None => {
-                    return Err(SnapshotError::MissingParent {
-                        path: p.to_string(),
-                    })
-                }
+            let parent_pzxid = match tree.nodes.get(path::parent(&p)) {
+                None => return Err(SnapshotError::MissingParent { path: p }),
                 Some(parent) if parent.ephemeral_owner != 0 => {
-                    return Err(SnapshotError::ChildOfEphemeral {
-                        path: p.to_string(),
-                    })
+                    return Err(SnapshotError::ChildOfEphemeral { path: p })
                 }
-                Some(_) => {}
+                Some(parent) => parent.pzxid,
+            };
+            let stored_children = sn.stat.map_or(0, |s| s.num_children);
+            let node = tree.node_from_snapshot(&p, sn)?;
+            tree.check_zxids(&p, &node)?;
+            // The parent's pzxid is the zxid of its latest child create or
+            // delete, which is at least this child's create.
+            if parent_pzxid < node.czxid {
+                return Err(SnapshotError::Inconsistent(format!(
+                    "{p}: created at {} after its parent's pzxid {parent_pzxid}",
+                    node.czxid
+                )));
             }
-            let node = tree.node_from_snapshot(sn)?;
-            tree.insert_node(p.to_string(), node);
+            let p: Arc<str> = p.into();
+            counts.push((p.clone(), stored_children));
+            tree.insert_node(p, Arc::new(node));
         }
 
-        // Children counts can only be compared once every node is in.
-        for sn in &snap.nodes {
-            let stat = sn.stat.unwrap_or_default();
-            let actual = tree.nodes.get(&sn.path).map_or(0, |n| n.children.len());
-            if usize::try_from(stat.num_children).ok() != Some(actual) {
+        for (p, stat) in &counts {
+            let actual = tree.nodes.get(&**p).map_or(0, |n| n.children.len());
+            if usize::try_from(*stat).ok() != Some(actual) {
                 return Err(SnapshotError::ChildCountMismatch {
-                    path: sn.path.clone(),
-                    stat: stat.num_children,
+                    path: p.to_string(),
+                    stat: *stat,
                     actual,
                 });
             }
         }
-        // Whatever the specific checks above did not name (zxid order, a
-        // parent's pzxid older than a child) still makes the snapshot one
-        // that `apply` could not have produced.
-        tree.check_invariants()
-            .map_err(SnapshotError::Inconsistent)?;
+        drop(counts);
+        debug_assert_eq!(tree.check_invariants(), Ok(()));
         Ok(tree)
+    }
+
+    /// A node's own zxids in order, none after the snapshot's index.
+    fn check_zxids(&self, p: &str, node: &Node) -> Result<(), SnapshotError> {
+        if node.mzxid < node.czxid || node.pzxid < node.czxid {
+            return Err(SnapshotError::Inconsistent(format!(
+                "{p}: czxid {} after mzxid {} or pzxid {}",
+                node.czxid, node.mzxid, node.pzxid
+            )));
+        }
+        let newest = node.czxid.max(node.mzxid).max(node.pzxid);
+        if newest > self.applied_index {
+            return Err(SnapshotError::Inconsistent(format!(
+                "{p}: zxid {newest} is after the applied index {}",
+                self.applied_index
+            )));
+        }
+        Ok(())
     }
 
     /// One stored node, checked on its own (its links are checked by the
     /// caller). Needs the session table, already loaded, for ephemerals.
-    fn node_from_snapshot(&mut self, sn: &SnapshotNode) -> Result<Node, SnapshotError> {
-        let p = || sn.path.clone();
+    fn node_from_snapshot(&mut self, path: &str, sn: SnapshotNode) -> Result<Node, SnapshotError> {
+        let p = || path.to_string();
         let stat = sn
             .stat
             .ok_or_else(|| SnapshotError::MissingStat { path: p() })?;
@@ -261,7 +243,7 @@ impl DataTree {
         }
         Ok(Node::from_stat(
             &stat,
-            sn.data.clone(),
+            sn.data,
             self.acls.intern(&sn.acl),
             sn.container,
             sn.ttl_ms,

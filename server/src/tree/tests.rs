@@ -846,6 +846,7 @@ fn failed_multi_restores_exact_state() {
         Op::Create(create("/c/child")),
         // A new TTL, undone with the rest.
         Op::SetData(SetDataTxn {
+            data_null: false,
             path: "/t".into(),
             data: b"longer".to_vec(),
             version: None,
@@ -1189,6 +1190,7 @@ fn set_data_may_change_a_ttl_nodes_ttl() {
     });
     let with_ttl = |ttl_ms| {
         Kind::SetData(SetDataTxn {
+            data_null: false,
             path: "/t".into(),
             data: b"renewed".to_vec(),
             version: None,
@@ -1209,6 +1211,7 @@ fn set_data_may_change_a_ttl_nodes_ttl() {
 
     log.mk("/plain");
     let e = log.step_fails(Kind::SetData(SetDataTxn {
+        data_null: false,
         path: "/plain".into(),
         data: b"x".to_vec(),
         version: None,

@@ -136,7 +136,10 @@ enum Undo {
     /// A node was inserted at `path`: remove it (and its index entries).
     Inserted { path: String },
     /// A childless node was removed from `path`: put it back.
-    Removed { path: String, node: Node },
+    Removed {
+        path: String,
+        node: std::sync::Arc<Node>,
+    },
     /// A child was added or removed under `path`: restore its child
     /// counter (the next sequence number) and pzxid.
     ChildCounters {
@@ -358,7 +361,7 @@ impl DataTree {
         if xid == 0 {
             return;
         }
-        if let Some(s) = self.sessions.get_mut(&session_id) {
+        if let Some(s) = self.session_mut(session_id) {
             if s.recent.len() >= super::node::RECENT_RESULTS_MAX {
                 s.recent.pop_front();
             }
@@ -386,13 +389,13 @@ impl DataTree {
         }
         // A CreateSession proposed twice (re-proposed after a leader change)
         // must not reset the session's state.
-        self.sessions
-            .entry(t.session_id)
-            .or_insert_with(|| super::SessionInfo {
+        self.sessions.entry(t.session_id).or_insert_with(|| {
+            std::sync::Arc::new(super::SessionInfo {
                 password: t.password.clone(),
                 timeout_ms: t.timeout_ms,
                 recent: Default::default(),
-            });
+            })
+        });
         TxnResult::SessionCreated
     }
 
@@ -406,7 +409,10 @@ impl DataTree {
         // the same order. Ephemerals have no children, so any order works.
         let deleted = self.ephemerals(t.session_id);
         for p in &deleted {
-            let childless = self.nodes.get(p).is_some_and(|n| n.children.is_empty());
+            let childless = self
+                .nodes
+                .get(p.as_str())
+                .is_some_and(|n| n.children.is_empty());
             debug_assert!(childless, "{p}: ephemeral with children");
             if childless {
                 self.remove_unchecked(ctx, p);
@@ -459,7 +465,7 @@ impl DataTree {
         } else {
             requested.to_string()
         };
-        if self.nodes.contains_key(&new_path) {
+        if self.nodes.contains_key(new_path.as_str()) {
             return Err(TreeError::new(ErrorCode::NodeExists, &new_path));
         }
 
@@ -487,7 +493,7 @@ impl DataTree {
             data_null: t.data_null && t.data.is_empty(),
         };
         let stat = node.stat();
-        self.insert_node(new_path.clone(), node);
+        self.insert_node(new_path.as_str().into(), std::sync::Arc::new(node));
         ctx.undo.push(Undo::Inserted {
             path: new_path.clone(),
         });
@@ -529,7 +535,7 @@ impl DataTree {
         if t.data.len() > DATA_BYTES_MAX {
             return Err(TreeError::new(ErrorCode::DataTooLarge, p));
         }
-        let Some(node) = self.nodes.get_mut(p) else {
+        let Some(node) = self.node_mut(p) else {
             return Err(TreeError::new(ErrorCode::NoNode, p));
         };
         ctx.authorize(&node.acl, perms::WRITE, p)?;
@@ -541,7 +547,7 @@ impl DataTree {
 
         let old_data = std::mem::replace(&mut node.data, t.data.clone());
         let old_null = std::mem::replace(&mut node.data_null, t.data_null && t.data.is_empty());
-        self.data_bytes = self.data_bytes + t.data.len() as u64 - old_data.len() as u64;
+        let replaced = old_data.len() as u64;
         ctx.undo.push(Undo::Data {
             path: p.to_string(),
             data: old_data,
@@ -558,6 +564,7 @@ impl DataTree {
         node.mzxid = ctx.zxid;
         node.mtime_ms = ctx.time_ms;
         let stat = node.stat();
+        self.data_bytes = self.data_bytes + t.data.len() as u64 - replaced;
         ctx.trigger(p, EventType::NodeDataChanged);
         debug_assert_eq!(self.check_node(p), Ok(()));
         Ok(stat)
@@ -572,7 +579,7 @@ impl DataTree {
             return Err(TreeError::new(ErrorCode::InvalidAcl, p));
         }
         let new_acl = self.acls.intern(&t.acl);
-        let Some(node) = self.nodes.get_mut(p) else {
+        let Some(node) = self.node_mut(p) else {
             return Err(TreeError::new(ErrorCode::NoNode, p));
         };
         ctx.authorize(&node.acl, perms::ADMIN, p)?;
@@ -671,7 +678,7 @@ impl DataTree {
     /// (which is also the next sequence number) and pzxid = this zxid.
     /// mzxid and version stay: the parent's own data did not change.
     fn bump_child_counters(&mut self, ctx: &mut Ctx, parent_path: &str) {
-        let Some(parent) = self.nodes.get_mut(parent_path) else {
+        let Some(parent) = self.node_mut(parent_path) else {
             debug_assert!(false, "{parent_path}: parent vanished");
             return;
         };
@@ -694,13 +701,13 @@ impl DataTree {
                     let removed = self.remove_node(&path);
                     debug_assert!(removed.is_some(), "{path}: undo of an absent insert");
                 }
-                Undo::Removed { path, node } => self.insert_node(path, node),
+                Undo::Removed { path, node } => self.insert_node(path.into(), node),
                 Undo::ChildCounters {
                     path,
                     cversion,
                     pzxid,
                 } => {
-                    if let Some(node) = self.nodes.get_mut(&path) {
+                    if let Some(node) = self.node_mut(&path) {
                         node.cversion = cversion;
                         node.pzxid = pzxid;
                     }
@@ -714,15 +721,15 @@ impl DataTree {
                     mtime_ms,
                     ttl_ms,
                 } => {
-                    if let Some(node) = self.nodes.get_mut(&path) {
-                        self.data_bytes =
-                            self.data_bytes + data.len() as u64 - node.data.len() as u64;
+                    if let Some(node) = self.node_mut(&path) {
+                        let (restored, replaced) = (data.len() as u64, node.data.len() as u64);
                         node.data = data;
                         node.data_null = data_null;
                         node.version = version;
                         node.mzxid = mzxid;
                         node.mtime_ms = mtime_ms;
                         node.ttl_ms = ttl_ms;
+                        self.data_bytes = self.data_bytes + restored - replaced;
                     }
                 }
                 Undo::Acl {
@@ -730,7 +737,7 @@ impl DataTree {
                     acl,
                     aversion,
                 } => {
-                    if let Some(node) = self.nodes.get_mut(&path) {
+                    if let Some(node) = self.node_mut(&path) {
                         node.acl = acl;
                         node.aversion = aversion;
                     }

@@ -199,6 +199,7 @@ fn set_data(r: &mut Reader<'_>) -> Result<pb::SetDataRequest, DecodeError> {
         data_null: data.is_none(),
         data: data.unwrap_or_default(),
         version: version(r.int("version")?),
+        ttl_ms: 0,
     })
 }
 
@@ -234,12 +235,6 @@ pub fn decode_request(op: i32, body: &[u8]) -> Result<(Op, Reply), DecodeError> 
                 linearizable: false,
             })
         }
-        opcode::SET_DATA => Op::SetData(pb::SetDataRequest {
-            path: r.string("path")?,
-            data: r.buffer("data")?,
-            version: version(r.int("version")?),
-            ttl_ms: 0,
-        }),
         opcode::SET_DATA => Op::SetData(set_data(&mut r)?),
         opcode::GET_ACL => Op::GetAcl(pb::GetAclRequest {
             path: r.string("path")?,
@@ -356,12 +351,6 @@ fn decode_multi(r: &mut Reader<'_>) -> Result<(Op, Reply), DecodeError> {
             opcode::DELETE => pb::multi_op::Op::Delete(pb::DeleteRequest {
                 path: r.string("path")?,
                 version: version(r.int("version")?),
-            }),
-            opcode::SET_DATA => pb::multi_op::Op::SetData(pb::SetDataRequest {
-                path: r.string("path")?,
-                data: r.buffer("data")?,
-                version: version(r.int("version")?),
-                ttl_ms: 0,
             }),
             opcode::SET_DATA => pb::multi_op::Op::SetData(set_data(r)?),
             opcode::CHECK => pb::multi_op::Op::Check(pb::CheckRequest {
