@@ -10,7 +10,7 @@
 //!   waiting or was refused; `info` when the outcome is unknown (then the
 //!   candidate retires its session and goes on as a new process,
 //!   `worker + k * concurrency`);
-//! - `confirm`, while leading, every [`CONFIRM_EVERY`]: a linearizable
+//! - `confirm`, while leading, every 250 ms: a linearizable
 //!   look-up of its own node, which reaches the Raft leader, so an `ok`
 //!   is a contact of the session with the cluster (the server cannot have
 //!   expired the session a timeout before it);
@@ -26,10 +26,12 @@
 //! excused only when the earlier leader's session may have ended and the
 //! later term began at least the session timeout (less
 //! [`EXPIRY_SLACK`](crate::checkers::EXPIRY_SLACK)) after the earlier
-//! leader's last contact ([`expiry_excuses`], the lock checker's rule);
-//! tokens unique and rising over every pair of terms ([`token_order`]);
-//! and successors taking over: no stretch longer than the liveness bound
-//! without a leader while a majority of nodes was up and connected.
+//! leader's last contact (the lock checker's rule,
+//! [`expiry_excuses`](crate::checkers::expiry_excuses)); tokens unique and
+//! rising over every pair of terms
+//! ([`token_order`](crate::checkers::token_order)); and successors taking
+//! over: no stretch longer than the liveness bound without a leader while a
+//! majority of nodes was up and connected.
 
 use std::time::Duration;
 

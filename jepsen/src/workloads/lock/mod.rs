@@ -13,10 +13,15 @@
 //! open.
 //!
 //! The checker rebuilds the grants from the history and asks:
-//! - are tokens unique, and do they increase in grant order?
-//! - did two holds overlap in real time? Overlaps where the earlier
-//!   holder's session had expired are reported apart, as notes (the holder
-//!   was told it lost the lock; that is what the fence is for);
+//! - are tokens unique, and do they increase in grant order over every
+//!   pair of grants (one known to its holder before the other's acquire
+//!   was invoked)?
+//! - did two holds overlap in real time? An overlap is reported apart, as
+//!   a note, only when the earlier holder's session may have ended *and*
+//!   the later grant came at least the session timeout less 1 s after the
+//!   earlier holder's acquire (no server expires a session sooner; see
+//!   [`expiry_excuses`](crate::checkers::expiry_excuses)): the holder was
+//!   told it lost the lock, and that is what the fence is for;
 //! - did the fence ever accept a token lower than one it had accepted?
 //! - was the lock granted in every long enough stretch without faults?
 //!
