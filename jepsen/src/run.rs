@@ -24,16 +24,18 @@ pub enum Workload {
     Sequential,
     Ephemeral,
     Watch,
+    Election,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 6] = [
+    pub const ALL: [Workload; 7] = [
         Workload::Lock,
         Workload::Lease,
         Workload::Register,
         Workload::Sequential,
         Workload::Ephemeral,
         Workload::Watch,
+        Workload::Election,
     ];
 
     pub fn name(self) -> &'static str {
@@ -44,6 +46,7 @@ impl Workload {
             Workload::Sequential => "sequential",
             Workload::Ephemeral => "ephemeral",
             Workload::Watch => "watch",
+            Workload::Election => "election",
         }
     }
 
@@ -58,6 +61,7 @@ impl Workload {
             Workload::Sequential => workloads::sequential::run(ctx).await,
             Workload::Ephemeral => workloads::ephemeral::run(ctx).await,
             Workload::Watch => workloads::watch::run(ctx).await,
+            Workload::Election => workloads::election::run(ctx).await,
         }
     }
 
@@ -69,6 +73,7 @@ impl Workload {
             Workload::Sequential => workloads::sequential::check(events, ctx),
             Workload::Ephemeral => workloads::ephemeral::check(events, ctx),
             Workload::Watch => workloads::watch::check(events, ctx),
+            Workload::Election => workloads::election::check(events, ctx),
         }
     }
 
@@ -80,6 +85,7 @@ impl Workload {
             Workload::Sequential => workloads::sequential::planted_anomalies(),
             Workload::Ephemeral => workloads::ephemeral::planted_anomalies(),
             Workload::Watch => workloads::watch::planted_anomalies(),
+            Workload::Election => workloads::election::planted_anomalies(),
         }
     }
 }

@@ -109,6 +109,11 @@ fn lease_under_kill_and_partition() {
 }
 
 #[test]
+fn election_under_kill_and_partition() {
+    short_run("election");
+}
+
+#[test]
 fn register_under_kill_and_partition() {
     short_run("register");
 }

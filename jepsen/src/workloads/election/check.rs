@@ -1,0 +1,356 @@
+//! The `election` workload's checker: terms of office rebuilt from the
+//! history and judged for one leader at a time, rising tokens and
+//! successors taking over.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::checkers::{
+    check_coverage, duplicate_tokens, expiry_excuses, token_order, GrantlessWindow, TokenSpan,
+};
+use crate::history::{fault_periods, pair, Event, Kind, Op};
+use crate::workload::{Anomaly, CheckCtx, CheckResult};
+use crate::workloads::lock::{keep_first_per_kind, liveness_bound};
+
+/// One term of office as its leader believed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Term {
+    pub process: u64,
+    pub session: u64,
+    pub token: u64,
+    /// The campaign's invocation: the candidate node (whose czxid is the
+    /// token) cannot be older.
+    pub asked_ns: u64,
+    /// The campaign's `ok`: the leader believed it led from then...
+    pub started_ns: u64,
+    /// ...to the invocation of whatever ended the term (or the end).
+    pub ended_ns: u64,
+    /// The leader's last contact with the cluster: the campaign's `ok`,
+    /// or the invocation of its last successful confirmation.
+    pub last_contact_ns: u64,
+    /// `resign`, `close`, `step-down: <reason>` or `end of history`.
+    pub ended_by: String,
+    /// Whether it ended by a resign that succeeded: the session surely
+    /// lived through the term.
+    pub clean: bool,
+    /// History indices of the campaign's invocation and of the end's.
+    pub ops: Vec<u64>,
+}
+
+impl Term {
+    fn json(&self) -> Value {
+        json!({
+            "process": self.process,
+            "session": self.session,
+            "token": self.token,
+            "started_ns": self.started_ns,
+            "ended_ns": self.ended_ns,
+            "last_contact_ns": self.last_contact_ns,
+            "ended_by": self.ended_by,
+        })
+    }
+}
+
+/// The terms of a history, in no particular order.
+pub fn terms(ops: &[Op], end: u64) -> Vec<Term> {
+    let mut by_process: BTreeMap<u64, Vec<&Op>> = BTreeMap::new();
+    for op in ops {
+        if let Some(p) = op.invoke.process.client() {
+            by_process.entry(p).or_default().push(op);
+        }
+    }
+    let mut out = Vec::new();
+    for (&process, list) in &by_process {
+        for (i, op) in list.iter().enumerate() {
+            if op.invoke.f != "campaign" || op.outcome() != Kind::Ok {
+                continue;
+            }
+            let Some(done) = &op.complete else { continue };
+            let Some(token) = done.value.get("token").and_then(Value::as_u64) else {
+                continue;
+            };
+            let session = done
+                .value
+                .get("session")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            let rest = &list[i + 1..];
+            let ender = rest.iter().find(|o| {
+                matches!(
+                    o.invoke.f.as_str(),
+                    "resign" | "close" | "step-down" | "campaign"
+                )
+            });
+            let ended_ns = ender.map(|o| o.invoke.time).unwrap_or(end);
+            let last_contact_ns = rest
+                .iter()
+                .filter(|o| o.invoke.f == "confirm" && o.invoke.time < ended_ns)
+                .filter(|o| o.outcome() == Kind::Ok && o.value()["exists"] == Value::Bool(true))
+                .map(|o| o.invoke.time)
+                .fold(done.time, u64::max);
+            let ended_by = match ender {
+                None => "end of history".to_string(),
+                Some(o) if o.invoke.f == "step-down" => format!(
+                    "step-down: {}",
+                    o.invoke.value["reason"].as_str().unwrap_or("?")
+                ),
+                Some(o) => o.invoke.f.clone(),
+            };
+            let clean = ender.is_some_and(|o| o.invoke.f == "resign" && o.outcome() == Kind::Ok);
+            out.push(Term {
+                process,
+                session,
+                token,
+                asked_ns: op.invoke.time,
+                started_ns: done.time,
+                ended_ns,
+                last_contact_ns,
+                ended_by,
+                clean,
+                ops: std::iter::once(op.invoke.index)
+                    .chain(ender.map(|o| o.invoke.index))
+                    .collect(),
+            });
+        }
+    }
+    out
+}
+
+/// What [`check_terms`] finds; terms are indices into its input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ElectionAnomaly {
+    /// Two terms overlap, and the earlier leader's session cannot have
+    /// expired in time to explain it.
+    TwoLeaders {
+        earlier: usize,
+        later: usize,
+    },
+    /// Two terms overlap, the earlier leader's session may have ended, and
+    /// the later term began at least the session timeout (less the slack)
+    /// after the earlier leader's last contact: reported apart, as a note.
+    OverlapAfterExpiry {
+        earlier: usize,
+        later: usize,
+    },
+    /// `earlier` was known before `later` was campaigned for, yet
+    /// `later`'s token is lower.
+    TokenOrder {
+        earlier: usize,
+        later: usize,
+    },
+    DuplicateToken {
+        token: u64,
+        a: usize,
+        b: usize,
+    },
+}
+
+/// The safety of an election's terms: one leader at a time (overlaps
+/// judged by [`expiry_excuses`], the rule the lock checker uses), tokens
+/// unique and rising over every pair of terms ([`token_order`]).
+pub fn check_terms(terms: &[Term], session_timeout: Duration) -> Vec<ElectionAnomaly> {
+    let mut out: Vec<ElectionAnomaly> = duplicate_tokens(terms.iter().map(|t| t.token))
+        .into_iter()
+        .map(|(token, a, b)| ElectionAnomaly::DuplicateToken { token, a, b })
+        .collect();
+    let spans: Vec<TokenSpan> = terms
+        .iter()
+        .map(|t| TokenSpan {
+            token: t.token,
+            earliest_ns: t.asked_ns,
+            known_ns: t.started_ns,
+        })
+        .collect();
+    out.extend(
+        token_order(&spans)
+            .into_iter()
+            .map(|(earlier, later)| ElectionAnomaly::TokenOrder { earlier, later }),
+    );
+    let mut by_start: Vec<usize> = (0..terms.len()).collect();
+    by_start.sort_by_key(|&i| (terms[i].started_ns, terms[i].token));
+    for (k, &a) in by_start.iter().enumerate() {
+        for &b in &by_start[k + 1..] {
+            if terms[b].started_ns >= terms[a].ended_ns {
+                break;
+            }
+            if terms[b].ended_ns <= terms[b].started_ns {
+                continue;
+            }
+            let excused = !terms[a].clean
+                && expiry_excuses(
+                    terms[b].started_ns,
+                    terms[a].last_contact_ns,
+                    session_timeout,
+                );
+            out.push(if excused {
+                ElectionAnomaly::OverlapAfterExpiry {
+                    earlier: a,
+                    later: b,
+                }
+            } else {
+                ElectionAnomaly::TwoLeaders {
+                    earlier: a,
+                    later: b,
+                }
+            });
+        }
+    }
+    out
+}
+
+/// Judges a history of this workload.
+pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
+    let ops = pair(events);
+    let end = events
+        .iter()
+        .map(|e| e.time)
+        .max()
+        .unwrap_or(0)
+        .max(ctx.end);
+    let terms = terms(&ops, end);
+    let mut anomalies = Vec::new();
+    let mut notes = Vec::new();
+    let pair_ops = |a: usize, b: usize| [terms[a].ops.clone(), terms[b].ops.clone()].concat();
+    let pair_detail =
+        |a: usize, b: usize| json!({ "earlier": terms[a].json(), "later": terms[b].json() });
+    for found in check_terms(&terms, ctx.session_timeout) {
+        match found {
+            ElectionAnomaly::TwoLeaders { earlier, later } => {
+                let (a, b) = (&terms[earlier], &terms[later]);
+                anomalies.push(Anomaly {
+                    kind: "two-leaders".into(),
+                    message: format!(
+                        "process {} led (token {}) while process {} did (token {}), which began \
+                         {:.3} s after the first one's last contact with the cluster{}",
+                        a.process,
+                        a.token,
+                        b.process,
+                        b.token,
+                        (i128::from(b.started_ns) - i128::from(a.last_contact_ns)) as f64 / 1e9,
+                        if a.clean {
+                            " (whose session lived on: it resigned)"
+                        } else {
+                            ": too soon for its session to have expired"
+                        }
+                    ),
+                    ops: pair_ops(earlier, later),
+                    detail: pair_detail(earlier, later),
+                });
+            }
+            ElectionAnomaly::OverlapAfterExpiry { earlier, later } => {
+                let (a, b) = (&terms[earlier], &terms[later]);
+                notes.push(Anomaly {
+                    kind: "overlap-after-expiry".into(),
+                    message: format!(
+                        "process {} led (token {}) while process {} did (token {}), which began \
+                         {:.3} s after the first one's last contact ({})",
+                        a.process,
+                        a.token,
+                        b.process,
+                        b.token,
+                        (i128::from(b.started_ns) - i128::from(a.last_contact_ns)) as f64 / 1e9,
+                        a.ended_by
+                    ),
+                    ops: pair_ops(earlier, later),
+                    detail: pair_detail(earlier, later),
+                });
+            }
+            ElectionAnomaly::TokenOrder { earlier, later } => {
+                let (a, b) = (&terms[earlier], &terms[later]);
+                anomalies.push(Anomaly {
+                    kind: "token-order".into(),
+                    message: format!(
+                        "process {} led with token {} after process {} knew it led with token {}",
+                        b.process, b.token, a.process, a.token
+                    ),
+                    ops: pair_ops(earlier, later),
+                    detail: pair_detail(earlier, later),
+                });
+            }
+            ElectionAnomaly::DuplicateToken { token, a, b } => anomalies.push(Anomaly {
+                kind: "duplicate-token".into(),
+                message: format!(
+                    "token {token} was the token of two terms (processes {} and {})",
+                    terms[a].process, terms[b].process
+                ),
+                ops: pair_ops(a, b),
+                detail: pair_detail(a, b),
+            }),
+        }
+    }
+
+    // Successors: a leader in every long enough stretch in which a
+    // majority of nodes was up and connected, over the time candidates
+    // campaigned.
+    let campaigns: Vec<&Op> = ops.iter().filter(|o| o.invoke.f == "campaign").collect();
+    let from = campaigns.iter().map(|o| o.invoke.time).min().unwrap_or(0);
+    let to = campaigns
+        .iter()
+        .map(|o| o.completed_at().unwrap_or(o.invoke.time))
+        .max()
+        .unwrap_or(0);
+    let mut faults: Vec<(u64, Option<u64>)> = ctx
+        .faults
+        .iter()
+        .chain(fault_periods(events).iter())
+        .filter(|f| !f.majority_kept())
+        .map(|f| (f.start, f.end))
+        .collect();
+    faults.sort_unstable();
+    faults.dedup();
+    let bound = liveness_bound(ctx.session_timeout);
+    let spans: Vec<(u64, u64)> = terms.iter().map(|t| (t.started_ns, t.ended_ns)).collect();
+    let leaderless = check_coverage(&spans, &faults, from, to, bound.as_nanos() as u64);
+    anomalies.extend(leaderless.iter().map(|w| no_leader(w, bound, &campaigns)));
+
+    let count = |f: &str, kind: Kind| {
+        ops.iter()
+            .filter(|o| o.invoke.f == f && o.outcome() == kind)
+            .count()
+    };
+    let outcomes = |f: &str| json!({ "ok": count(f, Kind::Ok), "fail": count(f, Kind::Fail), "info": count(f, Kind::Info) });
+    let mut ended_by: BTreeMap<&str, usize> = BTreeMap::new();
+    for t in &terms {
+        *ended_by.entry(t.ended_by.as_str()).or_default() += 1;
+    }
+    // The longest stretch with no leader, faults or not.
+    let all = check_coverage(&spans, &[], from, to, 0);
+    let longest_leaderless_ms = all.iter().map(|w| w.end - w.start).max().unwrap_or(0) / 1_000_000;
+    let (anomalies, anomaly_counts) = keep_first_per_kind(anomalies);
+    let (notes, note_counts) = keep_first_per_kind(notes);
+    let stats = json!({
+        "campaign": outcomes("campaign"),
+        "confirm": outcomes("confirm"),
+        "resign": outcomes("resign"),
+        "close": outcomes("close"),
+        "terms": terms.len(),
+        "terms_ended_by": ended_by,
+        "processes": ops.iter().filter_map(|o| o.invoke.process.client()).collect::<std::collections::BTreeSet<_>>().len(),
+        "longest_leaderless_ms": longest_leaderless_ms,
+        "liveness_bound_ms": bound.as_millis() as u64,
+        "anomalies_by_kind": anomaly_counts,
+        "notes_by_kind": note_counts,
+    });
+    CheckResult::from_anomalies(anomalies, notes, stats)
+}
+
+/// A `no-leader-while-healthy` anomaly for a leaderless window, with the
+/// campaigns waiting in it.
+fn no_leader(w: &GrantlessWindow, bound: Duration, campaigns: &[&Op]) -> Anomaly {
+    Anomaly {
+        kind: "no-leader-while-healthy".into(),
+        message: format!(
+            "nobody led for {:.1} s with a majority of nodes up and connected (bound {:.1} s)",
+            (w.end - w.start) as f64 / 1e9,
+            bound.as_secs_f64()
+        ),
+        ops: campaigns
+            .iter()
+            .filter(|o| o.invoke.time <= w.end && o.completed_at().is_none_or(|c| c >= w.start))
+            .map(|o| o.invoke.index)
+            .collect(),
+        detail: json!({ "start_ns": w.start, "end_ns": w.end, "bound_ns": bound.as_nanos() as u64 }),
+    }
+}

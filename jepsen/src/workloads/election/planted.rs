@@ -1,0 +1,287 @@
+//! Election histories with planted anomalies, for the selftest and the
+//! tests.
+
+use serde_json::{json, Value};
+
+use crate::history::{Event, Kind, Process};
+
+/// Histories of this workload each with one planted anomaly, named; the
+/// selftest checks that `check` calls every one invalid (with a 3 s
+/// session timeout).
+pub fn planted_anomalies() -> Vec<(&'static str, Vec<Event>)> {
+    vec![
+        (
+            "two leaders at once",
+            // Process 1 leads while process 0, which resigns cleanly
+            // later, still does.
+            Plant::new()
+                .campaign(0, 0, 10)
+                .resign(0, 1_000)
+                .campaign(1, 200, 12)
+                .resign(1, 600)
+                .events(),
+        ),
+        (
+            "token going back",
+            Plant::new()
+                .campaign(0, 0, 12)
+                .resign(0, 100)
+                .campaign(1, 200, 10)
+                .resign(1, 300)
+                .events(),
+        ),
+        (
+            "no successor",
+            // Process 0 resigns; two candidates wait a minute with no
+            // fault and nobody leads.
+            Plant::new()
+                .campaign(0, 0, 10)
+                .resign(0, 100)
+                .waiting(1, 50, 60_000)
+                .waiting(2, 60, 60_000)
+                .events(),
+        ),
+        (
+            "two leaders, the first one's session expired too soon",
+            // Process 0 confirmed its leadership at 0.5 s and then lost
+            // touch; process 1 led from 2.2 s: 1.7 s after that contact,
+            // sooner than a 3 s session can expire.
+            Plant::new()
+                .campaign(0, 0, 10)
+                .confirm(0, 500)
+                .step_down(0, 2_500, "session Disconnected")
+                .campaign_done(1, 100, 2_200, 12)
+                .resign(1, 2_400)
+                .events(),
+        ),
+    ]
+}
+
+/// Builds small election histories by hand (times in milliseconds).
+pub(super) struct Plant {
+    events: Vec<Event>,
+}
+
+pub(super) const MS: u64 = 1_000_000;
+
+impl Plant {
+    pub(super) fn new() -> Plant {
+        Plant { events: Vec::new() }
+    }
+
+    fn push(mut self, process: u64, kind: Kind, f: &str, value: Value, at_ms: u64) -> Plant {
+        let time = at_ms * MS;
+        self.events.push(Event {
+            index: 0,
+            process: Process::Client(process),
+            kind,
+            f: f.to_string(),
+            value,
+            time,
+            mono_ns: time,
+            wall_ns: 0,
+            error: (kind == Kind::Fail).then(|| "refused".to_string()),
+        });
+        self
+    }
+
+    /// `process` campaigns at `at_ms` and leads with `token` 1 ms later.
+    pub(super) fn campaign(self, process: u64, at_ms: u64, token: u64) -> Plant {
+        self.campaign_done(process, at_ms, at_ms + 1, token)
+    }
+
+    /// `process` campaigns at `at_ms` and leads with `token` from
+    /// `done_ms`.
+    pub(super) fn campaign_done(self, process: u64, at_ms: u64, done_ms: u64, token: u64) -> Plant {
+        let session = 100 + process;
+        self.push(
+            process,
+            Kind::Invoke,
+            "campaign",
+            json!({ "session": session }),
+            at_ms,
+        )
+        .push(
+            process,
+            Kind::Ok,
+            "campaign",
+            json!({ "token": token, "session": session, "node": format!("/e/c-{token}") }),
+            done_ms,
+        )
+    }
+
+    /// A campaign from `at_ms` that gave up at `until_ms`.
+    pub(super) fn waiting(self, process: u64, at_ms: u64, until_ms: u64) -> Plant {
+        self.push(process, Kind::Invoke, "campaign", Value::Null, at_ms)
+            .push(process, Kind::Fail, "campaign", Value::Null, until_ms)
+    }
+
+    /// A successful resign invoked at `at_ms`.
+    pub(super) fn resign(self, process: u64, at_ms: u64) -> Plant {
+        self.push(process, Kind::Invoke, "resign", Value::Null, at_ms)
+            .push(process, Kind::Ok, "resign", Value::Null, at_ms + 1)
+    }
+
+    /// A confirmation that found the leader's node, invoked at `at_ms`.
+    pub(super) fn confirm(self, process: u64, at_ms: u64) -> Plant {
+        self.push(process, Kind::Invoke, "confirm", Value::Null, at_ms)
+            .push(
+                process,
+                Kind::Ok,
+                "confirm",
+                json!({ "exists": true }),
+                at_ms + 1,
+            )
+    }
+
+    /// The leader stops believing it leads at `at_ms`.
+    pub(super) fn step_down(self, process: u64, at_ms: u64, reason: &str) -> Plant {
+        let value = json!({ "reason": reason });
+        self.push(process, Kind::Invoke, "step-down", value.clone(), at_ms)
+            .push(process, Kind::Ok, "step-down", value, at_ms)
+    }
+
+    /// A nemesis fault from `from_ms` to `to_ms`; `majority_kept` as the
+    /// nemesis would record it.
+    #[cfg(test)]
+    pub(super) fn kill(self, from_ms: u64, to_ms: u64, majority_kept: bool) -> Plant {
+        let mut p = self;
+        for (kind, f, at, value) in [
+            (
+                Kind::Invoke,
+                "kill",
+                from_ms,
+                json!({ "majority_kept": majority_kept }),
+            ),
+            (
+                Kind::Ok,
+                "kill",
+                from_ms,
+                json!({ "majority_kept": majority_kept }),
+            ),
+            (Kind::Invoke, "restart", to_ms, Value::Null),
+            (Kind::Ok, "restart", to_ms, Value::Null),
+        ] {
+            p.events.push(Event {
+                index: 0,
+                process: Process::NEMESIS,
+                kind,
+                f: f.into(),
+                value,
+                time: at * MS,
+                mono_ns: at * MS,
+                wall_ns: 0,
+                error: None,
+            });
+        }
+        p
+    }
+
+    /// The events in time order, numbered.
+    pub(super) fn events(mut self) -> Vec<Event> {
+        self.events.sort_by_key(|e| e.time);
+        for (i, e) in self.events.iter_mut().enumerate() {
+            e.index = i as u64;
+        }
+        self.events
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::check;
+    use super::*;
+    use crate::workload::{CheckCtx, Validity};
+
+    fn ctx() -> CheckCtx {
+        CheckCtx {
+            faults: Vec::new(),
+            session_timeout: Duration::from_secs(3),
+            end: 0,
+        }
+    }
+
+    #[test]
+    fn every_planted_anomaly_is_caught_alone_and_of_its_kind() {
+        let kinds: Vec<String> = planted_anomalies()
+            .into_iter()
+            .map(|(name, events)| {
+                let r = check(&events, &ctx());
+                assert_eq!(r.valid, Validity::Invalid, "{name}: {r:?}");
+                assert_eq!(r.anomalies.len(), 1, "{name}: {:?}", r.anomalies);
+                r.anomalies[0].kind.clone()
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "two-leaders",
+                "token-order",
+                "no-leader-while-healthy",
+                "two-leaders"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_clean_history_is_valid() {
+        let events = Plant::new()
+            .campaign(0, 0, 10)
+            .confirm(0, 250)
+            .resign(0, 400)
+            .campaign_done(1, 100, 402, 12)
+            .step_down(1, 900, "session Disconnected")
+            // Process 1's session expired (3 s after its last contact),
+            // then process 2 led.
+            .campaign_done(2, 200, 3_500, 15)
+            .resign(2, 4_000)
+            .events();
+        let r = check(&events, &ctx());
+        assert_eq!(r.valid, Validity::Valid, "{r:?}");
+        assert!(r.notes.is_empty(), "{:?}", r.notes);
+        assert_eq!(r.stats["terms"], 3);
+    }
+
+    #[test]
+    fn a_late_overlap_after_losing_touch_is_a_note_but_not_after_a_clean_resign() {
+        // Process 0 lost touch after leading at 1 ms and noticed only at
+        // 4 s; process 1 led from 2.6 s: its session may have expired.
+        let late = Plant::new()
+            .campaign(0, 0, 10)
+            .step_down(0, 4_000, "session Disconnected")
+            .campaign_done(1, 100, 2_600, 12)
+            .resign(1, 2_700)
+            .events();
+        let r = check(&late, &ctx());
+        assert_eq!(r.valid, Validity::Valid, "{r:?}");
+        assert_eq!(r.notes.len(), 1);
+        assert_eq!(r.notes[0].kind, "overlap-after-expiry");
+        // The same overlap with process 0 resigning cleanly: its session
+        // lived, so two leaders.
+        let clean = Plant::new()
+            .campaign(0, 0, 10)
+            .resign(0, 4_000)
+            .campaign_done(1, 100, 2_600, 12)
+            .resign(1, 2_700)
+            .events();
+        assert_eq!(check(&clean, &ctx()).anomalies[0].kind, "two-leaders");
+    }
+
+    #[test]
+    fn only_faults_that_lose_the_majority_excuse_a_leaderless_stretch() {
+        let stall = |majority_kept| {
+            Plant::new()
+                .campaign(0, 0, 10)
+                .resign(0, 100)
+                .kill(200, 59_000, majority_kept)
+                .waiting(1, 50, 60_000)
+                .events()
+        };
+        let r = check(&stall(false), &ctx());
+        assert_eq!(r.valid, Validity::Valid, "{r:?}");
+        let r = check(&stall(true), &ctx());
+        assert_eq!(r.anomalies[0].kind, "no-leader-while-healthy", "{r:?}");
+    }
+}
