@@ -4,7 +4,9 @@
 pub mod ephemeral;
 pub mod lease;
 pub mod lock;
+pub mod lock_set;
 pub mod register;
 pub mod sequential;
+pub mod session_order;
 mod support;
 pub mod watch;
