@@ -227,7 +227,10 @@ impl HelperFlags {
 }
 
 /// Runs a helper process's body on a single-threaded runtime; returns its
-/// exit code (2 when the runtime cannot start).
+/// exit code (2 when the runtime cannot start). The runtime is shut down
+/// without waiting for its blocking threads: a read of stdin cannot be
+/// cancelled, and waiting for it would keep the process alive until the
+/// run closed its stdin.
 pub fn run_helper<F>(name: &str, body: F) -> i32
 where
     F: std::future::Future<Output = i32>,
@@ -236,7 +239,11 @@ where
         .enable_all()
         .build()
     {
-        Ok(runtime) => runtime.block_on(body),
+        Ok(runtime) => {
+            let code = runtime.block_on(body);
+            runtime.shutdown_background();
+            code
+        }
         Err(e) => {
             eprintln!("{name}: runtime: {e}");
             2
