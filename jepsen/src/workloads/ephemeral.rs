@@ -183,11 +183,10 @@ impl Holders {
         let mut args = helper_args(&self.ctx, &servers);
         args.extend(["--path".to_string(), path.clone()]);
         let mut child =
-            spawn_helper(&self.ctx, "ephemeral-holder", &args, &self.log).map_err(|e| {
+            spawn_helper(&self.ctx, "ephemeral-holder", &args, &self.log).inspect_err(|e| {
                 self.ctx
                     .history
                     .fail(&inv, json!({ "path": path }), e.clone());
-                e
             })?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let stdin = child.stdin.take();
