@@ -50,6 +50,12 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// (internal) A lock-set client process.
+    #[command(hide = true)]
+    LockSetClient {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Args, Clone)]
@@ -107,6 +113,10 @@ struct TestArgs {
     /// Use the lock workload's deliberately unsafe client (must be caught).
     #[arg(long)]
     unsafe_client: bool,
+    /// Give the lock-set workload a resource that does not fence (must be
+    /// caught).
+    #[arg(long)]
+    unsafe_resource: bool,
     #[command(flatten)]
     cluster: ClusterArgs,
 }
@@ -159,6 +169,9 @@ fn test_opts(args: TestArgs) -> Result<TestOpts, String> {
     if args.concurrency == 0 {
         return Err("--concurrency must be at least 1".into());
     }
+    if args.unsafe_resource && args.workload != Workload::LockSet {
+        return Err("--unsafe-resource is for --workload lock-set only".into());
+    }
     Ok(TestOpts {
         workload: args.workload,
         faults: nemesis::parse_faults(&args.nemesis)?,
@@ -175,7 +188,7 @@ fn test_opts(args: TestArgs) -> Result<TestOpts, String> {
         tick_ms: c.tick_ms,
         snapshot_entries: c.snapshot_entries,
         bin: warden_bin(c.bin)?,
-        unsafe_client: args.unsafe_client,
+        unsafe_client: args.unsafe_client || args.unsafe_resource,
     })
 }
 
@@ -183,6 +196,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Cmd::EphemeralHolder { args } = cli.command {
         let code = warden_jepsen::workloads::ephemeral::holder_main(args);
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
+    if let Cmd::LockSetClient { args } = cli.command {
+        let code = warden_jepsen::workloads::lock_set::client::client_main(args);
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
     if let Err(e) = warden_log::init(&cli.log, warden_log::Level::Warn) {
@@ -233,7 +250,9 @@ fn main() -> ExitCode {
                     2
                 }
             },
-            Cmd::EphemeralHolder { .. } => unreachable!("handled above"),
+            Cmd::EphemeralHolder { .. } | Cmd::LockSetClient { .. } => {
+                unreachable!("handled above")
+            }
         }
     });
     // Leave no proxy task or helper process behind.

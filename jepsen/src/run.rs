@@ -25,10 +25,12 @@ pub enum Workload {
     Ephemeral,
     Watch,
     Election,
+    LockSet,
+    SessionOrder,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 7] = [
+    pub const ALL: [Workload; 9] = [
         Workload::Lock,
         Workload::Lease,
         Workload::Register,
@@ -36,6 +38,8 @@ impl Workload {
         Workload::Ephemeral,
         Workload::Watch,
         Workload::Election,
+        Workload::LockSet,
+        Workload::SessionOrder,
     ];
 
     pub fn name(self) -> &'static str {
@@ -47,11 +51,14 @@ impl Workload {
             Workload::Ephemeral => "ephemeral",
             Workload::Watch => "watch",
             Workload::Election => "election",
+            Workload::LockSet => "lock-set",
+            Workload::SessionOrder => "session-order",
         }
     }
 
-    /// Runs the workload (the lock workload's deliberately unsafe client
-    /// when `unsafe_client`).
+    /// Runs the workload (when `unsafe_client`: the lock workload's
+    /// deliberately unsafe client, the lock-set workload's unfenced
+    /// resource).
     pub async fn run(self, ctx: &RunCtx, unsafe_client: bool) -> Result<(), String> {
         match self {
             Workload::Lock if unsafe_client => workloads::lock::run_unsafe(ctx).await,
@@ -62,6 +69,9 @@ impl Workload {
             Workload::Ephemeral => workloads::ephemeral::run(ctx).await,
             Workload::Watch => workloads::watch::run(ctx).await,
             Workload::Election => workloads::election::run(ctx).await,
+            Workload::LockSet if unsafe_client => workloads::lock_set::run_unsafe(ctx).await,
+            Workload::LockSet => workloads::lock_set::run(ctx).await,
+            Workload::SessionOrder => workloads::session_order::run(ctx).await,
         }
     }
 
@@ -74,6 +84,8 @@ impl Workload {
             Workload::Ephemeral => workloads::ephemeral::check(events, ctx),
             Workload::Watch => workloads::watch::check(events, ctx),
             Workload::Election => workloads::election::check(events, ctx),
+            Workload::LockSet => workloads::lock_set::check(events, ctx),
+            Workload::SessionOrder => workloads::session_order::check(events, ctx),
         }
     }
 
@@ -86,6 +98,8 @@ impl Workload {
             Workload::Ephemeral => workloads::ephemeral::planted_anomalies(),
             Workload::Watch => workloads::watch::planted_anomalies(),
             Workload::Election => workloads::election::planted_anomalies(),
+            Workload::LockSet => workloads::lock_set::planted_anomalies(),
+            Workload::SessionOrder => workloads::session_order::planted_anomalies(),
         }
     }
 }
@@ -124,7 +138,8 @@ pub struct TestOpts {
     pub tick_ms: u64,
     pub snapshot_entries: u64,
     pub bin: PathBuf,
-    /// The lock workload's deliberately unsafe client (selftest).
+    /// The lock workload's deliberately unsafe client (selftest), or the
+    /// lock-set workload's unfenced resource (`--unsafe-resource`).
     pub unsafe_client: bool,
 }
 
@@ -153,10 +168,10 @@ impl TestOpts {
             self.request_timeout.as_millis(),
             self.tick_ms,
             self.snapshot_entries,
-            if self.unsafe_client {
-                " --unsafe-client"
-            } else {
-                ""
+            match (self.unsafe_client, self.workload) {
+                (false, _) => "",
+                (true, Workload::LockSet) => " --unsafe-resource",
+                (true, _) => " --unsafe-client",
             },
         )
     }

@@ -132,3 +132,81 @@ fn ephemeral_under_kill_and_partition() {
 fn watch_under_kill_and_partition() {
     short_run("watch");
 }
+
+/// A 30 s run of `workload` under `nemesis` on three nodes with `extra`
+/// flags: exit code, output and results.json.
+fn run_under(workload: &str, nemesis: &str, extra: &[&str]) -> (i32, String, serde_json::Value) {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let store = store();
+    let mut args = vec![
+        "test",
+        "--workload",
+        workload,
+        "--nemesis",
+        nemesis,
+        "--nodes",
+        "3",
+        "--time-limit",
+        "30",
+        "--concurrency",
+        "5",
+        "--nemesis-interval",
+        "4",
+        "--fault-duration",
+        "5",
+        "--store",
+        store.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let (code, out) = jepsen(&args);
+    println!("{out}");
+    let path = store.join(workload).join("latest").join("results.json");
+    let results = std::fs::read_to_string(&path)
+        .map(|t| serde_json::from_str(&t).unwrap())
+        .unwrap_or_else(|e| panic!("{workload}: {}: {e}\n{out}", path.display()));
+    (code, out, results)
+}
+
+#[test]
+fn lock_set_under_kill_partition_and_pause() {
+    let (code, out, r) = run_under("lock-set", "kill,partition,pause", &[]);
+    assert_eq!(code, 0, "lock-set run not valid:\n{out}");
+    assert!(
+        r["faults"]["injected"].as_u64().unwrap() > 0,
+        "no fault:\n{out}"
+    );
+    assert!(
+        r["stats"]["write"]["accepted"].as_u64().unwrap() > 0,
+        "no write:\n{out}"
+    );
+    assert!(
+        r["stats"]["zombies"].as_u64().unwrap() > 0,
+        "no zombie:\n{out}"
+    );
+}
+
+#[test]
+fn lock_set_with_an_unfenced_resource_is_invalid() {
+    let (code, out, r) = run_under("lock-set", "none", &["--unsafe-resource"]);
+    assert_eq!(code, 1, "the unfenced resource was not caught:\n{out}");
+    let kinds = r["stats"]["anomalies_by_kind"].as_object().unwrap();
+    assert!(
+        kinds.contains_key("lost-update") || kinds.contains_key("token-went-back"),
+        "{kinds:?}"
+    );
+}
+
+#[test]
+fn session_order_under_kill_partition_and_pause() {
+    let (code, out, r) = run_under("session-order", "kill,partition,pause", &[]);
+    assert_eq!(code, 0, "session-order run not valid:\n{out}");
+    assert!(
+        r["faults"]["injected"].as_u64().unwrap() > 0,
+        "no fault:\n{out}"
+    );
+    assert!(
+        r["stats"]["reads"]["ok"].as_u64().unwrap() > 0,
+        "no read:\n{out}"
+    );
+    assert!(r["stats"]["moves"].as_u64().unwrap() > 0, "no move:\n{out}");
+}

@@ -19,7 +19,6 @@
 //! exits at once when its stdin closes (the run died).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,12 +26,13 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::process::{Child, ChildStdin};
 use tokio::time::Instant;
 use warden_client::{Client, ConnectOptions, CreateOptions, ErrorCode, SessionState};
 
 use super::support::{
-    connect_options, connect_until, ensure_path, run_tag, Planted, Processes, RETRY_PAUSE,
+    connect_options, connect_until, ensure_path, helper_args, run_helper, run_tag, spawn_helper,
+    HelperFlags, Planted, Processes, RETRY_PAUSE,
 };
 use crate::checkers::{check_ephemeral, ChildrenRead, Confirm, EphemeralAnomaly, EphemeralLife};
 use crate::clock;
@@ -176,35 +176,17 @@ impl Holders {
         let path = format!("{}/h-{n:04}", self.parent);
         let process = self.processes.fresh();
         let servers = self.ctx.servers_for(n);
-        let stderr = self
-            .log
-            .try_clone()
-            .map_err(|e| format!("holder log: {e}"))?;
         let inv = self
             .ctx
             .history
             .invoke(process, "create", json!({ "path": path }));
-        let mut child = Command::new(&self.ctx.self_exe)
-            .arg("ephemeral-holder")
-            .args(["--servers", &servers, "--path", &path])
-            .args([
-                "--session-timeout-ms",
-                &self.ctx.session_timeout.as_millis().to_string(),
-            ])
-            .args([
-                "--request-timeout-ms",
-                &self.ctx.request_timeout.as_millis().to_string(),
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(stderr))
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| {
+        let mut args = helper_args(&self.ctx, &servers);
+        args.extend(["--path".to_string(), path.clone()]);
+        let mut child =
+            spawn_helper(&self.ctx, "ephemeral-holder", &args, &self.log).inspect_err(|e| {
                 self.ctx
                     .history
-                    .fail(&inv, json!({ "path": path }), e.to_string());
-                format!("starting {}: {e}", self.ctx.self_exe.display())
+                    .fail(&inv, json!({ "path": path }), e.clone());
             })?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let stdin = child.stdin.take();
@@ -972,40 +954,21 @@ struct HolderArgs {
 }
 
 fn parse_holder_args(args: &[String]) -> Result<HolderArgs, String> {
-    let mut servers = None;
-    let mut path = None;
-    let mut session_ms = 5_000u64;
-    let mut request_ms = 5_000u64;
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let value = it
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value"))?
-            .clone();
-        let ms = |v: &str| {
-            v.parse::<u64>()
-                .map_err(|e| format!("{flag} {v}: {e}"))
-                .and_then(|n| {
-                    if n == 0 {
-                        Err(format!("{flag} must be at least 1"))
-                    } else {
-                        Ok(n)
-                    }
-                })
-        };
-        match flag.as_str() {
-            "--servers" => servers = Some(value),
-            "--path" => path = Some(value),
-            "--session-timeout-ms" => session_ms = ms(&value)?,
-            "--request-timeout-ms" => request_ms = ms(&value)?,
-            other => return Err(format!("unknown flag {other}")),
-        }
-    }
+    let flags = HelperFlags::parse(
+        args,
+        &[
+            "--servers",
+            "--path",
+            "--session-timeout-ms",
+            "--request-timeout-ms",
+        ],
+    )?;
+    let options = flags.connect_options()?;
     Ok(HolderArgs {
-        servers: servers.ok_or("--servers is required")?,
-        path: path.ok_or("--path is required")?,
-        session_timeout: Duration::from_millis(session_ms),
-        request_timeout: Duration::from_millis(request_ms),
+        servers: flags.required("--servers")?,
+        path: flags.required("--path")?,
+        session_timeout: options.session_timeout,
+        request_timeout: options.request_timeout,
     })
 }
 
@@ -1032,17 +995,7 @@ pub fn holder_main(args: Vec<String>) -> i32 {
             return 2;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("ephemeral-holder: runtime: {e}");
-            return 2;
-        }
-    };
-    runtime.block_on(hold(args))
+    run_helper("ephemeral-holder", hold(args))
 }
 
 async fn hold(args: HolderArgs) -> i32 {

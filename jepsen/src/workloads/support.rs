@@ -1,8 +1,11 @@
-//! What the sequential, ephemeral and watch workloads share: how an error
-//! becomes an outcome, connecting with a deadline, making parent paths,
-//! numbering processes, and building hand-made histories for the planted
-//! anomalies.
+//! What the sequential, ephemeral, watch, lock-set and session-order
+//! workloads share: how an error becomes an outcome, connecting with a
+//! deadline, making parent paths, numbering processes, starting and running
+//! helper processes (`warden-jepsen <hidden subcommand>`), and building
+//! hand-made histories for the planted anomalies.
 
+use std::collections::BTreeMap;
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -134,6 +137,117 @@ pub struct Processes(Arc<AtomicU64>);
 impl Processes {
     pub fn fresh(&self) -> Process {
         Process::Client(self.0.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// Starts this binary as a helper process: `warden-jepsen <subcommand>
+/// <args>`, stdin and stdout piped (the run talks to it by lines), stderr
+/// appended to `log`, killed when its handle drops. A helper exits when its
+/// stdin closes, so none outlives the run.
+pub fn spawn_helper(
+    ctx: &RunCtx,
+    subcommand: &str,
+    args: &[String],
+    log: &std::fs::File,
+) -> Result<tokio::process::Child, String> {
+    let stderr = log.try_clone().map_err(|e| format!("helper log: {e}"))?;
+    tokio::process::Command::new(&ctx.self_exe)
+        .arg(subcommand)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(stderr))
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("starting {} {subcommand}: {e}", ctx.self_exe.display()))
+}
+
+/// The flags every helper gets: `--servers`, `--session-timeout-ms`,
+/// `--request-timeout-ms`, as [`helper_args`] writes them.
+pub fn helper_args(ctx: &RunCtx, servers: &str) -> Vec<String> {
+    vec![
+        "--servers".into(),
+        servers.into(),
+        "--session-timeout-ms".into(),
+        ctx.session_timeout.as_millis().to_string(),
+        "--request-timeout-ms".into(),
+        ctx.request_timeout.as_millis().to_string(),
+    ]
+}
+
+/// A helper's command line: `--flag value` pairs, each flag one of those
+/// the helper knows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HelperFlags(BTreeMap<String, String>);
+
+impl HelperFlags {
+    /// Parses `args`; an unknown flag or one without a value is an error.
+    pub fn parse(args: &[String], known: &[&str]) -> Result<HelperFlags, String> {
+        let mut out = BTreeMap::new();
+        let mut it = args.iter();
+        while let Some(flag) = it.next() {
+            if !known.contains(&flag.as_str()) {
+                return Err(format!("unknown flag {flag}"));
+            }
+            let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+            out.insert(flag.clone(), value.clone());
+        }
+        Ok(HelperFlags(out))
+    }
+
+    /// A flag that must be given.
+    pub fn required(&self, flag: &str) -> Result<String, String> {
+        self.0
+            .get(flag)
+            .cloned()
+            .ok_or_else(|| format!("{flag} is required"))
+    }
+
+    /// A positive number of milliseconds, `default` when not given.
+    pub fn millis(&self, flag: &str, default: u64) -> Result<Duration, String> {
+        let Some(v) = self.0.get(flag) else {
+            return Ok(Duration::from_millis(default));
+        };
+        match v.parse::<u64>() {
+            Ok(0) => Err(format!("{flag} must be at least 1")),
+            Ok(n) => Ok(Duration::from_millis(n)),
+            Err(e) => Err(format!("{flag} {v}: {e}")),
+        }
+    }
+
+    /// The connect options of `--session-timeout-ms` and
+    /// `--request-timeout-ms` (5 s each by default).
+    pub fn connect_options(&self) -> Result<ConnectOptions, String> {
+        Ok(ConnectOptions {
+            session_timeout: self.millis("--session-timeout-ms", 5_000)?,
+            request_timeout: self.millis("--request-timeout-ms", 5_000)?,
+            ..ConnectOptions::default()
+        })
+    }
+}
+
+/// Runs a helper process's body on a single-threaded runtime; returns its
+/// exit code (2 when the runtime cannot start). The runtime is shut down
+/// without waiting for its blocking threads: a read of stdin cannot be
+/// cancelled, and waiting for it would keep the process alive until the
+/// run closed its stdin.
+pub fn run_helper<F>(name: &str, body: F) -> i32
+where
+    F: std::future::Future<Output = i32>,
+{
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => {
+            let code = runtime.block_on(body);
+            runtime.shutdown_background();
+            code
+        }
+        Err(e) => {
+            eprintln!("{name}: runtime: {e}");
+            2
+        }
     }
 }
 
