@@ -21,7 +21,7 @@
 //!   stops acting as leader at once, as Curator's leader latch does on
 //!   `SUSPENDED`; it then retires its session.
 //!
-//! The checker ([`check`]) rebuilds the terms (campaign `ok` to the end of
+//! The checker ([`check`](mod@check)) rebuilds the terms (campaign `ok` to the end of
 //! the belief) and asks: at most one leader at a time, an overlap being
 //! excused only when the earlier leader's session may have ended and the
 //! later term began at least the session timeout (less

@@ -21,7 +21,7 @@
 //! session ended (or whose acquire's outcome is unknown) exits and is
 //! replaced by a new process.
 //!
-//! The checker ([`check`]) judges the resource's accepted writes, not the
+//! The checker ([`check`](mod@check)) judges the resource's accepted writes, not the
 //! grants: in the resource's order they form one chain (each was based on
 //! the version the previous one made: no lost update) and their tokens
 //! never go back; and the lock is granted in every long enough stretch

@@ -9,10 +9,10 @@
 //! servers off, and a mover task now and then forces one worker's session
 //! onto another server by dropping, for [`MOVE_HOLD`], the worker's links
 //! to every server but one. For that each worker reaches the cluster
-//! through its own relay (the harness's [`proxy::Net`], one listener per
+//! through its own relay (the harness's [`proxy::Net`](crate::proxy::Net), one listener per
 //! server), so that a move touches one session only.
 //!
-//! The checker ([`check`]) demands what ZooKeeper promises a session:
+//! The checker ([`check`](mod@check)) demands what ZooKeeper promises a session:
 //! a read never returns older state than the session has already seen
 //! (its own writes, its earlier reads: a read of a key must reflect every
 //! write to it whose zxid is at most the highest zxid the session saw
