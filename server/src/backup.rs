@@ -304,7 +304,7 @@ fn node_json(n: &proto::SnapshotNode) -> serde_json::Value {
             ),
         }
     };
-    let stat = n.stat.clone().unwrap_or_default();
+    let stat = n.stat.unwrap_or_default();
     serde_json::json!({
         "path": n.path,
         "data": data,

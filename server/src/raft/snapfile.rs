@@ -155,7 +155,7 @@ impl SnapDir {
     pub fn read(&self, index: u64, term: u64) -> Result<Snapshot, StorageError> {
         let path = self.path_of(index, term);
         let bytes = fs::read(&path).map_err(|e| io_error("reading", &path, e))?;
-        let snap = decode_with(&path, bytes, |p, d| damaged(p, d))?;
+        let snap = decode_with(&path, bytes, damaged)?;
         let meta = snap.get_metadata();
         if meta.index != index || meta.term != term {
             return Err(damaged(
