@@ -195,12 +195,17 @@ fn a_cluster_is_backed_up_wiped_and_restored_from_one_file() {
         });
         assert_eq!(ok_stdout(&get(&node, None, "/app")).trim(), "v1");
     }
-    let status = ok_stdout(&wardenctl(&cluster.servers(), &["cluster", "status"]));
-    let members = status
-        .lines()
-        .filter(|l| l.contains(" leader ") || l.contains(" follower "))
-        .count();
-    assert_eq!(members, 3, "{status}");
+    // All three members, as each reports itself (a new member's first
+    // report takes a moment).
+    let servers = cluster.servers();
+    warden_testkit::wait_until(Duration::from_secs(30), "three members", || {
+        let status = ok_stdout(&wardenctl(&servers, &["cluster", "status"]));
+        status
+            .lines()
+            .filter(|l| l.contains(" leader ") || l.contains(" follower "))
+            .count()
+            == 3
+    });
 }
 
 #[test]
