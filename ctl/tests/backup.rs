@@ -272,3 +272,44 @@ fn a_data_dir_of_a_newer_format_is_refused_at_start() {
         "{err}"
     );
 }
+
+#[test]
+fn a_backup_is_saved_over_https() {
+    let certs = warden_testkit::tls::TlsCerts::generate(&["node"], &[]);
+    let cluster = Cluster::start_with(
+        1,
+        ServerOptions {
+            extra_args: certs.server_args("node", &[]),
+            ..Default::default()
+        },
+    );
+    let tls = certs.ctl_args(None);
+    let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
+    let mut create = tls.clone();
+    create.extend(["create", "/over-tls", "yes"]);
+    ok_stdout(&wardenctl(&cluster.servers(), &create));
+    let dir = tempfile::tempdir().unwrap();
+    let backup = dir.path().join("tls.snap");
+    let http = cluster.http_addr(1).to_string();
+    let file = backup.to_str().unwrap();
+    // Plain HTTP to an HTTPS port gets no snapshot.
+    let plain = wardenctl(
+        &cluster.servers(),
+        &["snapshot", "save", file, "--http", &http],
+    );
+    assert!(!plain.status.success());
+    assert!(!backup.exists());
+    let mut save = tls.clone();
+    save.extend(["snapshot", "save", file, "--http", &http]);
+    ok_stdout(&wardenctl(&cluster.servers(), &save));
+    let target = dir.path().join("restored");
+    let out = warden(&[
+        "restore",
+        "--snapshot",
+        file,
+        "--data-dir",
+        target.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(inspect(&target)["/over-tls"]["data"], "yes");
+}
