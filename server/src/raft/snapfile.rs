@@ -421,6 +421,26 @@ mod tests {
     }
 
     #[test]
+    fn an_encoded_snapshot_is_the_file_write_writes_and_decodes_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let snaps = SnapDir::open(dir.path()).unwrap();
+        let path = snaps.write(&meta(7, 2), b"tree@7").unwrap();
+        let encoded = encode(&meta(7, 2), b"tree@7").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), encoded);
+        let backup = dir.path().join("backup.snap");
+        let snap = decode(&backup, encoded.clone()).unwrap();
+        assert_eq!(&snap.data[..], b"tree@7");
+        assert_eq!(snap.get_metadata(), &meta(7, 2));
+        let mut damaged = encoded;
+        damaged[30] ^= 1;
+        let err = decode(&backup, damaged).unwrap_err().to_string();
+        assert!(
+            err.contains("checksum mismatch") && err.contains("backup.snap"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn leftover_temporary_files_are_removed_on_open() {
         let dir = tempfile::tempdir().unwrap();
         let snaps = SnapDir::open(dir.path()).unwrap();
