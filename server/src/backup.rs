@@ -36,6 +36,12 @@ const LOCK_FILE: &str = "LOCK";
 /// a new data dir, or one from before the file existed (format 1). A
 /// newer or unreadable one is refused, naming the file.
 pub fn check_format(dir: &Path) -> Result<(), String> {
+    verify_format(dir, true)
+}
+
+/// Like [`check_format`]; writes a missing file only if `write_missing`
+/// (`inspect` does not stamp a dir it only reads).
+fn verify_format(dir: &Path, write_missing: bool) -> Result<(), String> {
     let path = dir.join(FORMAT_FILE);
     match fs::read_to_string(&path) {
         Ok(text) => {
@@ -57,6 +63,7 @@ pub fn check_format(dir: &Path) -> Result<(), String> {
             }
             Ok(())
         }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !write_missing => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => write_format(dir),
         Err(e) => Err(format!("reading {}: {e}", path.display())),
     }
@@ -202,7 +209,7 @@ pub fn inspect(dir: &Path, out: &mut impl Write) -> Result<Inspected, String> {
         ));
     }
     let _lock = lock(dir)?;
-    check_format(dir)?;
+    verify_format(dir, false)?;
     let at = |e: &dyn std::fmt::Display| format!("{}: {e}", dir.display());
     let storage =
         DiskStorage::open(&dir.join("raft"), &dir.join("snapshots")).map_err(|e| at(&e))?;
