@@ -121,12 +121,9 @@ impl TlsOptions {
         Ok(Self::from_rustls(Arc::new(config)))
     }
 
-    /// Runs the client side of the handshake with `addr` (`host:port`).
-    pub(crate) async fn connect(
-        &self,
-        addr: &str,
-        tcp: TcpStream,
-    ) -> std::result::Result<Stream, String> {
+    /// Runs the client side of the handshake with `addr` (`host:port`)
+    /// over `tcp` (also what `wardenctl snapshot save` speaks HTTPS over).
+    pub async fn connect(&self, addr: &str, tcp: TcpStream) -> std::result::Result<Stream, String> {
         let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let name = ServerName::try_from(host.to_string())

@@ -26,6 +26,7 @@ mod acl;
 mod bench;
 mod elect;
 mod lock;
+mod snapshot;
 
 /// How many times `rmr` re-lists a node that gained a child while it was
 /// being emptied, before giving up with `NotEmpty`.
@@ -185,6 +186,9 @@ enum Command {
     /// winning, hold until Ctrl-C/SIGTERM, then resign. Exits non-zero if
     /// leadership is lost.
     Elect(elect::ElectArgs),
+    /// Backups: `snapshot save FILE --http ADDR`.
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -292,6 +296,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         )
         .into()),
     };
+    if let Command::Snapshot(cmd) = &cli.command {
+        // Over HTTP, without a session.
+        return snapshot::run(cmd, tls, cli.auth.as_deref(), timeout).await;
+    }
     let client = connect(&cli.servers, options.clone(), tls.clone()).await?;
     if let Some(credentials) = &cli.auth {
         if let Err(e) = client.add_auth("digest", credentials.as_bytes()).await {
@@ -353,6 +361,7 @@ async fn execute(client: &Client, command: Command, out: &Output) -> Result<(), 
         Command::Getacl { path } => acl::get(client, &path, out).await,
         Command::Setacl { version, path, acl } => acl::set(client, &path, &acl, version, out).await,
         Command::Digest { .. } => unreachable!("run() answers digest without a server"),
+        Command::Snapshot(_) => unreachable!("run() saves snapshots over HTTP"),
         Command::Get { path } => {
             let (data, stat) = client.get_data(&path).await?;
             if out.json {

@@ -18,6 +18,7 @@
 #![allow(rustdoc::private_intra_doc_links)]
 
 pub mod auth;
+pub mod backup;
 pub mod config;
 pub mod conn;
 pub mod core;

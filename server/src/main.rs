@@ -48,6 +48,28 @@ enum Command {
     /// Configuration files of `warden serve --config`.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Make a new data dir from a backup (`wardenctl snapshot save`): the
+    /// data dir of server ID alone, a group of one that other servers then
+    /// join. Refuses a damaged file and a DIR that is not empty.
+    Restore {
+        /// The snapshot file `wardenctl snapshot save` wrote.
+        #[arg(long, value_name = "FILE")]
+        snapshot: PathBuf,
+        /// The new data dir (absent or empty).
+        #[arg(long, value_name = "DIR")]
+        data_dir: PathBuf,
+        /// The id the restored server will run with (`warden serve --id`).
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        id: u64,
+    },
+    /// Print the tree of a stopped server's data dir as JSON lines (one
+    /// znode per line, in path order): its newest snapshot with the
+    /// committed log applied. Refuses a dir a running server holds.
+    Inspect {
+        /// The data dir.
+        #[arg(long, value_name = "DIR")]
+        data_dir: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -114,6 +136,51 @@ fn main() -> ExitCode {
                     for problem in problems.0 {
                         eprintln!("error: {problem}");
                     }
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Restore {
+            snapshot,
+            data_dir,
+            id,
+        } => match warden_server::backup::restore(&snapshot, &data_dir, id) {
+            Ok(r) => {
+                println!(
+                    "restored {} (index {}, term {}, {} znodes) into {} as server {id}; start it \
+                     with `warden serve --id {id} --data-dir {}`",
+                    snapshot.display(),
+                    r.index,
+                    r.term,
+                    r.nodes,
+                    data_dir.display(),
+                    data_dir.display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Inspect { data_dir } => {
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            match warden_server::backup::inspect(&data_dir, &mut out) {
+                Ok(i) => {
+                    let from = match &i.snapshot {
+                        Some(f) => format!("snapshot {} (index {})", f.display(), i.snapshot_index),
+                        None => "no snapshot".to_string(),
+                    };
+                    eprintln!(
+                        "{} znodes at index {}: {from} and the committed log after it",
+                        i.nodes, i.applied
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    drop(out);
+                    eprintln!("error: {e}");
                     ExitCode::FAILURE
                 }
             }

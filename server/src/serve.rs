@@ -26,6 +26,8 @@ pub enum ServeError {
     },
     #[error("the core stopped before it was ready; see the log above")]
     CoreStopped,
+    #[error("data dir: {0}")]
+    DataDir(String),
 }
 
 /// Addresses actually bound (a port of 0 in the config is resolved here).
@@ -115,6 +117,11 @@ pub async fn serve(
         tls = cfg.tls.is_some(),
         "warden starting"
     );
+    // One server per data dir, of a format this build reads.
+    std::fs::create_dir_all(&cfg.data_dir)
+        .map_err(|e| ServeError::DataDir(format!("creating {}: {e}", cfg.data_dir.display())))?;
+    let _dir_lock = crate::backup::lock(&cfg.data_dir).map_err(ServeError::DataDir)?;
+    crate::backup::check_format(&cfg.data_dir).map_err(ServeError::DataDir)?;
     let stop_peers = CancellationToken::new();
     let (peer_tx, peer_rx) = mpsc::channel::<transport::PeerEvent>(PEER_INBOX_MAX);
     tokio::spawn(transport::listen(
@@ -205,6 +212,7 @@ pub async fn serve(
                 auth: crate::http::GatewayAuth {
                     tokens: cfg.http_tokens.clone(),
                     lock_acl: cfg.http_lock_acl.clone(),
+                    auth: cfg.auth.clone(),
                 },
                 // Counted apart from the client doors (see http/limited.rs).
                 limiter: crate::limits::Limiter::new(cfg.limits, op_metrics.clone()),

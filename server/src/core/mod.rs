@@ -34,7 +34,7 @@ mod forwards;
 mod frames;
 mod proposals;
 mod requests;
-mod snapshots;
+pub(crate) mod snapshots;
 mod status;
 
 use std::collections::{HashMap, HashSet};
@@ -57,7 +57,7 @@ use crate::raft::node::{NodeError, RaftTiming};
 use crate::raft::transport::{PeerEvent, Transport};
 use crate::raft::{DiskStorage, RaftNode};
 use crate::session::Sessions;
-use crate::tree::DataTree;
+use crate::tree::{DataTree, FrozenTree};
 use crate::watch::ConnId;
 
 use clients::Clients;
@@ -155,6 +155,27 @@ pub enum CoreMsg {
     Cluster {
         reply: oneshot::Sender<pb::ClusterStatusResponse>,
     },
+    /// A frozen view of the tree as applied now, with the snapshot
+    /// metadata of that index (a backup: `GET /api/v1/snapshot`). The
+    /// caller encodes it off the core.
+    Freeze {
+        reply: oneshot::Sender<Result<Frozen, String>>,
+    },
+}
+
+/// The tree frozen at `meta.index` (see [`CoreMsg::Freeze`]).
+pub struct Frozen {
+    pub meta: raft::eraftpb::SnapshotMetadata,
+    pub view: FrozenTree,
+}
+
+impl std::fmt::Debug for Frozen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Frozen")
+            .field("index", &self.meta.index)
+            .field("nodes", &self.view.node_count())
+            .finish()
+    }
 }
 
 /// What the core reports to whoever started it.

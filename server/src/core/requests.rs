@@ -51,6 +51,19 @@ impl Core {
             CoreMsg::Cluster { reply } => {
                 let _ = reply.send(self.cluster_status());
             }
+            CoreMsg::Freeze { reply } => {
+                let applied = self.m.tree.applied_index();
+                let frozen = self
+                    .raft
+                    .storage()
+                    .snapshot_meta_at(applied)
+                    .map(|meta| super::Frozen {
+                        meta,
+                        view: self.m.tree.freeze(),
+                    })
+                    .map_err(|e| e.to_string());
+                let _ = reply.send(frozen);
+            }
             CoreMsg::Request { conn, request } => self.request(conn, request),
             CoreMsg::Closed { conn } => self.m.clients.drop_conn(conn, "connection closed"),
         }

@@ -108,7 +108,7 @@ impl Gateway {
 
     /// The caller's credentials (`user:password`), from its Authorization
     /// header; `None` for an anonymous caller.
-    fn credentials(&self, headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    pub(crate) fn credentials(&self, headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         let Some(value) = headers.get(header::AUTHORIZATION) else {
             return Ok(None);
         };
@@ -161,33 +161,7 @@ impl Gateway {
             debug!(?state, "lock gateway session lost; connecting anew");
             sessions.remove(&key);
         }
-        let addr = self.addr.to_string();
-        let connected = match &self.tls {
-            None => Client::connect(&addr, ConnectOptions::default()).await,
-            Some(tls) => {
-                let tls = warden_client::TlsOptions::from_rustls(tls.clone());
-                Client::connect_tls(&addr, ConnectOptions::default(), tls).await
-            }
-        };
-        let client = connected.map_err(|e| {
-            warn!(error = %e, "the lock gateway cannot reach its own server");
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("cannot reach the service: {e}"),
-            )
-        })?;
-        if let Some(c) = &credentials {
-            if let Err(e) = client.add_auth("digest", c.as_bytes()).await {
-                let _ = client.close().await;
-                return Err(match e.code() {
-                    ErrorCode::AuthFailed => ApiError::new(
-                        StatusCode::UNAUTHORIZED,
-                        format!("AuthFailed: {}", api_message(&e)),
-                    ),
-                    _ => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
-                });
-            }
-        }
+        let client = self.connect(credentials.as_deref()).await?;
         debug!(session = client.session_id(), "lock gateway connected");
         if sessions.len() >= GATEWAY_SESSIONS_MAX {
             let oldest = sessions
@@ -210,6 +184,39 @@ impl Gateway {
             },
         );
         Ok(lock)
+    }
+
+    /// A new session on this very server (over TLS when it serves TLS),
+    /// authenticated with `credentials` (`user:password`) if given.
+    pub(crate) async fn connect(&self, credentials: Option<&str>) -> Result<Client, ApiError> {
+        let addr = self.addr.to_string();
+        let connected = match &self.tls {
+            None => Client::connect(&addr, ConnectOptions::default()).await,
+            Some(tls) => {
+                let tls = warden_client::TlsOptions::from_rustls(tls.clone());
+                Client::connect_tls(&addr, ConnectOptions::default(), tls).await
+            }
+        };
+        let client = connected.map_err(|e| {
+            warn!(error = %e, "the HTTP door cannot reach its own server");
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("cannot reach the service: {e}"),
+            )
+        })?;
+        if let Some(c) = credentials {
+            if let Err(e) = client.add_auth("digest", c.as_bytes()).await {
+                let _ = client.close().await;
+                return Err(match e.code() {
+                    ErrorCode::AuthFailed => ApiError::new(
+                        StatusCode::UNAUTHORIZED,
+                        format!("AuthFailed: {}", api_message(&e)),
+                    ),
+                    _ => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+                });
+            }
+        }
+        Ok(client)
     }
 
     /// Drops the sessions that are over, so the next request connects anew.

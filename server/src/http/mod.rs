@@ -1,5 +1,5 @@
 //! The HTTP door: the REST lock API (`/api/v1/locks/...`), `/health`,
-//! `/status`, `/metrics`, and ZooKeeper's AdminServer commands
+//! `/status`, `/metrics`, backups (`/api/v1/snapshot`, [`snapshot`]), and ZooKeeper's AdminServer commands
 //! (`/commands/...`, [`admin`]). The lock API answers in the fields of
 //! both lock-service contracts it serves (see `contract.rs`).
 //!
@@ -15,6 +15,7 @@ mod health;
 mod limited;
 pub(crate) mod locks;
 mod metrics;
+mod snapshot;
 mod tls;
 
 use std::net::SocketAddr;
@@ -43,6 +44,8 @@ pub struct GatewayAuth {
     pub tokens: Vec<(String, String)>,
     /// `--http-lock-acl`; empty: world:anyone.
     pub lock_acl: Vec<warden_protocol::pb::Acl>,
+    /// `--super-digest` and `--auth-users`: who may take a backup.
+    pub auth: crate::auth::AuthConfig,
 }
 
 /// How the door is guarded: TLS, who lock callers are, and the per-IP
@@ -58,6 +61,7 @@ pub(crate) struct Http {
     core: mpsc::Sender<CoreMsg>,
     locks: locks::Gateway,
     metrics: metrics::Metrics,
+    auth: crate::auth::AuthConfig,
 }
 
 /// Largest HTTP request body.
@@ -84,6 +88,7 @@ pub async fn serve(
             auth.lock_acl,
         ),
         metrics: metrics::Metrics::new(&op_metrics),
+        auth: auth.auth,
     });
     let app = router(state);
     let stopped = stop.cancelled_owned();
@@ -113,6 +118,7 @@ fn router(state: Arc<Http>) -> Router {
         .route("/commands", get(admin::list))
         .route("/commands/{name}", get(admin::command))
         .route("/api/v1/openapi.json", get(openapi))
+        .route("/api/v1/snapshot", get(snapshot::snapshot))
         .route("/api/v1/locks/acquire", post(locks::acquire_alt))
         .route("/api/v1/locks/renew", post(locks::renew_alt))
         .route("/api/v1/locks/release", post(locks::release_alt))

@@ -108,18 +108,7 @@ impl SnapDir {
     pub fn write(&self, meta: &SnapshotMetadata, data: &[u8]) -> Result<PathBuf, StorageError> {
         let path = self.path_of(meta.index, meta.term);
         let tmp = path.with_extension(&TMP_SUFFIX[1..]);
-        let meta_bytes = meta
-            .write_to_bytes()
-            .map_err(|e| StorageError::Io(format!("encoding snapshot metadata: {e}")))?;
-        let mut header = [0u8; HEADER_LEN];
-        header[..8].copy_from_slice(MAGIC);
-        header[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        header[12..16].copy_from_slice(&(meta_bytes.len() as u32).to_le_bytes());
-        header[16..24].copy_from_slice(&(data.len() as u64).to_le_bytes());
-        let mut sum = Xxh3::new();
-        sum.update(&header);
-        sum.update(&meta_bytes);
-        sum.update(data);
+        let (header, meta_bytes, sum) = head(meta, data)?;
         let write = || -> std::io::Result<()> {
             let mut f = File::create(&tmp)?;
             f.write_all(&header)?;
@@ -130,7 +119,7 @@ impl SnapDir {
                 written_back(&f, written, chunk.len() as u64);
                 written += chunk.len() as u64;
             }
-            f.write_all(&sum.digest().to_le_bytes())?;
+            f.write_all(&sum.to_le_bytes())?;
             f.sync_all()?;
             drop(f);
             fs::rename(&tmp, &path)?;
@@ -155,7 +144,7 @@ impl SnapDir {
         let mut header = [0u8; HEADER_LEN];
         f.read_exact(&mut header)
             .map_err(|_| damaged(&path, format!("{size} bytes, shorter than a header")))?;
-        let (meta_len, _) = check_header(&path, &header, size)?;
+        let (meta_len, _) = check_header(&header, size).map_err(|d| damaged(&path, d))?;
         let mut meta = vec![0u8; meta_len];
         f.read_exact(&mut meta)
             .map_err(|e| io_error("reading", &path, e))?;
@@ -166,32 +155,17 @@ impl SnapDir {
     pub fn read(&self, index: u64, term: u64) -> Result<Snapshot, StorageError> {
         let path = self.path_of(index, term);
         let bytes = fs::read(&path).map_err(|e| io_error("reading", &path, e))?;
-        let size = bytes.len() as u64;
-        if bytes.len() < HEADER_LEN + CHECKSUM_LEN {
+        let snap = decode_with(&path, bytes, damaged)?;
+        let meta = snap.get_metadata();
+        if meta.index != index || meta.term != term {
             return Err(damaged(
                 &path,
-                format!("{size} bytes, shorter than a header"),
+                format!(
+                    "holds the snapshot at index {} term {}, not what its name says",
+                    meta.index, meta.term
+                ),
             ));
         }
-        let header: &[u8; HEADER_LEN] = bytes[..HEADER_LEN].try_into().expect("header length");
-        let (meta_len, data_len) = check_header(&path, header, size)?;
-        let body_end = bytes.len() - CHECKSUM_LEN;
-        let stored = u64::from_le_bytes(bytes[body_end..].try_into().expect("8 bytes"));
-        let actual = xxhash_rust::xxh3::xxh3_64(&bytes[..body_end]);
-        if stored != actual {
-            return Err(damaged(
-                &path,
-                format!("checksum mismatch (stored {stored:#018x}, computed {actual:#018x})"),
-            ));
-        }
-        let meta_end = HEADER_LEN + meta_len;
-        let meta = parse_meta(&path, &bytes[HEADER_LEN..meta_end], index, term)?;
-        let data = bytes::Bytes::from(bytes).slice(meta_end..meta_end + data_len);
-        let mut snap = Snapshot {
-            data,
-            ..Default::default()
-        };
-        snap.set_metadata(meta);
         Ok(snap)
     }
 
@@ -217,6 +191,85 @@ impl SnapDir {
             _ => Ok(()),
         }
     }
+}
+
+/// The header, the encoded metadata and the checksum of a snapshot file
+/// holding `meta` and `data`.
+fn head(
+    meta: &SnapshotMetadata,
+    data: &[u8],
+) -> Result<([u8; HEADER_LEN], Vec<u8>, u64), StorageError> {
+    let meta_bytes = meta
+        .write_to_bytes()
+        .map_err(|e| StorageError::Io(format!("encoding snapshot metadata: {e}")))?;
+    let mut header = [0u8; HEADER_LEN];
+    header[..8].copy_from_slice(MAGIC);
+    header[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    header[12..16].copy_from_slice(&(meta_bytes.len() as u32).to_le_bytes());
+    header[16..24].copy_from_slice(&(data.len() as u64).to_le_bytes());
+    let mut sum = Xxh3::new();
+    sum.update(&header);
+    sum.update(&meta_bytes);
+    sum.update(data);
+    Ok((header, meta_bytes, sum.digest()))
+}
+
+/// A whole snapshot file's bytes, as [`SnapDir::write`] writes them: what
+/// a backup (`GET /api/v1/snapshot`) sends, so a backup is a snapshot file
+/// and is read back by the same code.
+pub fn encode(meta: &SnapshotMetadata, data: &[u8]) -> Result<Vec<u8>, StorageError> {
+    let (header, meta_bytes, sum) = head(meta, data)?;
+    let mut out = Vec::with_capacity(HEADER_LEN + meta_bytes.len() + data.len() + CHECKSUM_LEN);
+    out.extend_from_slice(&header);
+    out.extend_from_slice(&meta_bytes);
+    out.extend_from_slice(data);
+    out.extend_from_slice(&sum.to_le_bytes());
+    Ok(out)
+}
+
+/// Checks and decodes the bytes of a snapshot file that is not one of a
+/// data dir's (a backup): the header, the lengths, the checksum and the
+/// metadata; errors name `path` and what is wrong with it.
+pub fn decode(path: &Path, bytes: Vec<u8>) -> Result<Snapshot, StorageError> {
+    decode_with(path, bytes, |path, detail| StorageError::Corrupt {
+        what: "snapshot file",
+        detail: format!("{}: {detail}", path.display()),
+    })
+}
+
+fn decode_with(
+    path: &Path,
+    bytes: Vec<u8>,
+    damaged: fn(&Path, String) -> StorageError,
+) -> Result<Snapshot, StorageError> {
+    let size = bytes.len() as u64;
+    if bytes.len() < HEADER_LEN + CHECKSUM_LEN {
+        return Err(damaged(
+            path,
+            format!("{size} bytes, shorter than a header"),
+        ));
+    }
+    let header: &[u8; HEADER_LEN] = bytes[..HEADER_LEN].try_into().expect("header length");
+    let (meta_len, data_len) = check_header(header, size).map_err(|d| damaged(path, d))?;
+    let body_end = bytes.len() - CHECKSUM_LEN;
+    let stored = u64::from_le_bytes(bytes[body_end..].try_into().expect("8 bytes"));
+    let actual = xxhash_rust::xxh3::xxh3_64(&bytes[..body_end]);
+    if stored != actual {
+        return Err(damaged(
+            path,
+            format!("checksum mismatch (stored {stored:#018x}, computed {actual:#018x})"),
+        ));
+    }
+    let meta_end = HEADER_LEN + meta_len;
+    let meta = SnapshotMetadata::parse_from_bytes(&bytes[HEADER_LEN..meta_end])
+        .map_err(|e| damaged(path, format!("metadata: {e}")))?;
+    let data = bytes::Bytes::from(bytes).slice(meta_end..meta_end + data_len);
+    let mut snap = Snapshot {
+        data,
+        ..Default::default()
+    };
+    snap.set_metadata(meta);
+    Ok(snap)
 }
 
 /// Bytes written between two writebacks of a snapshot file.
@@ -255,20 +308,15 @@ fn written_back(f: &File, offset: u64, len: u64) {
 }
 
 /// The metadata and data lengths a header announces, checked against the
-/// file's size.
-fn check_header(
-    path: &Path,
-    header: &[u8; HEADER_LEN],
-    size: u64,
-) -> Result<(usize, usize), StorageError> {
+/// file's size; else what is wrong.
+fn check_header(header: &[u8; HEADER_LEN], size: u64) -> Result<(usize, usize), String> {
     if &header[..8] != MAGIC {
-        return Err(damaged(path, "no snapshot header (wrong magic bytes)"));
+        return Err("no snapshot header (wrong magic bytes)".into());
     }
     let version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
     if version != VERSION {
-        return Err(damaged(
-            path,
-            format!("format version {version}, this server reads {VERSION}"),
+        return Err(format!(
+            "format version {version}, this server reads {VERSION}"
         ));
     }
     let meta_len = u64::from(u32::from_le_bytes(
@@ -279,12 +327,9 @@ fn check_header(
         .checked_add(meta_len)
         .and_then(|n| n.checked_add(data_len));
     if expected != Some(size) {
-        return Err(damaged(
-            path,
-            format!(
-                "the header announces {meta_len} + {data_len} bytes, the file holds {size} \
-                 (truncated or overwritten)"
-            ),
+        return Err(format!(
+            "the header announces {meta_len} + {data_len} bytes, the file holds {size} \
+             (truncated or overwritten)"
         ));
     }
     Ok((meta_len as usize, data_len as usize))
@@ -373,6 +418,26 @@ mod tests {
         fs::rename(&path, snaps.path_of(8, 2)).unwrap();
         let err = snaps.read(8, 2).unwrap_err().to_string();
         assert!(err.contains("not what its name says"), "{err}");
+    }
+
+    #[test]
+    fn an_encoded_snapshot_is_the_file_write_writes_and_decodes_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let snaps = SnapDir::open(dir.path()).unwrap();
+        let path = snaps.write(&meta(7, 2), b"tree@7").unwrap();
+        let encoded = encode(&meta(7, 2), b"tree@7").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), encoded);
+        let backup = dir.path().join("backup.snap");
+        let snap = decode(&backup, encoded.clone()).unwrap();
+        assert_eq!(&snap.data[..], b"tree@7");
+        assert_eq!(snap.get_metadata(), &meta(7, 2));
+        let mut damaged = encoded;
+        damaged[30] ^= 1;
+        let err = decode(&backup, damaged).unwrap_err().to_string();
+        assert!(
+            err.contains("checksum mismatch") && err.contains("backup.snap"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -1,0 +1,112 @@
+//! `GET /api/v1/snapshot`: a backup of the whole state, as a snapshot file
+//! (`raft/snapfile.rs`: header, raft's metadata, the tree, xxh3 checksum),
+//! the very format a data dir keeps its snapshots in, so `warden restore`
+//! reads it with the same checks.
+//!
+//! Consistent and complete: the handler first does a linearizable read
+//! on a session of its own (ReadIndex: this server has applied every write
+//! acknowledged before the request), then asks the core to freeze the tree
+//! as applied now (a pointer per node) and encodes the view on a blocking
+//! thread, off the core. Any server answers, not only the leader.
+//!
+//! With `--super-digest` (or `--auth-users`) set, only the super user may
+//! take one (`Authorization: Basic` of its user:password, or a bearer
+//! token standing for it): a backup holds every znode whatever its ACL.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::oneshot;
+use tracing::info;
+
+use super::{ApiError, Http};
+use crate::core::CoreMsg;
+
+pub(crate) async fn snapshot(State(http): State<Arc<Http>>, headers: HeaderMap) -> Response {
+    match take(&http, &headers).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn take(http: &Http, headers: &HeaderMap) -> Result<Response, ApiError> {
+    let credentials = http.locks.credentials(headers)?;
+    if http.auth.verifies_passwords() {
+        let Some(c) = &credentials else {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "a snapshot holds every znode: only the super user (--super-digest) may \
+                 take one; give its credentials (Authorization: Basic or Bearer)",
+            ));
+        };
+        let ids = http
+            .auth
+            .authenticate("digest", c.as_bytes())
+            .map_err(|e| ApiError::new(StatusCode::UNAUTHORIZED, e))?;
+        if !crate::ops::acl::is_super(&ids) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "a snapshot holds every znode: only the super user (--super-digest) may take one",
+            ));
+        }
+    }
+    // Every write acknowledged before this request is applied here once
+    // the linearizable read answers.
+    let client = http.locks.connect(credentials.as_deref()).await?;
+    let synced = client.exists_linearizable("/").await;
+    let _ = client.close().await;
+    synced.map_err(|e| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("no leader confirmed the snapshot's read (no quorum?): {e}"),
+        )
+    })?;
+    let (tx, rx) = oneshot::channel();
+    let unavailable = || ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the server is stopping");
+    http.core
+        .send(CoreMsg::Freeze { reply: tx })
+        .await
+        .map_err(|_| unavailable())?;
+    let crate::core::Frozen { meta, view } = rx
+        .await
+        .map_err(|_| unavailable())?
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    let nodes = view.node_count();
+    let index = meta.index;
+    let term = meta.term;
+    let file = tokio::task::spawn_blocking(move || {
+        let data = view.encode();
+        let file = crate::raft::snapfile::encode(&meta, &data);
+        crate::core::snapshots::release_freed_memory();
+        file
+    })
+    .await
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    info!(
+        index,
+        term,
+        nodes,
+        bytes = file.len(),
+        "backup snapshot sent"
+    );
+    let name = format!("warden-{index}-{term}.snap");
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{name}\""),
+            ),
+            (
+                header::HeaderName::from_static("x-warden-snapshot-index"),
+                index.to_string(),
+            ),
+        ],
+        Body::from(file),
+    )
+        .into_response())
+}
