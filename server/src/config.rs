@@ -142,7 +142,7 @@ pub struct ServeArgs {
     /// Largest request packet on the ZooKeeper port (ZooKeeper's
     /// jute.maxbuffer, default 0xfffff): a larger one closes the client's
     /// connection, as ZooKeeper does.
-    #[arg(long, default_value_t = limits::ZK_PACKET_BYTES_MAX)]
+    #[arg(long, default_value_t = limits::ZK_PACKET_BYTES_MAX, env = "WARDEN_ZK_MAX_PACKET_BYTES")]
     pub zk_max_packet_bytes: usize,
     /// The super user, who passes every ACL check: `user:BASE64HASH`, as
     /// ZooKeeper's superDigest (`warden digest user:password` prints it).
