@@ -386,6 +386,20 @@ impl Client {
         }
     }
 
+    /// This connection's identities as ACLs match them, as (scheme, id):
+    /// `ip` and its address, `x509` and a certificate's subject, and what
+    /// [`Client::add_auth`] added (`digest`, and `super` for the super user).
+    pub async fn who_am_i(&self) -> Result<Vec<(String, String)>> {
+        let op = pb::request::Op::WhoAmI(pb::WhoAmIRequest {});
+        let response = self.call("", op, None).await?;
+        match response.result {
+            Some(pb::response::Result::WhoAmI(w)) => {
+                Ok(w.ids.into_iter().map(|i| (i.scheme, i.id)).collect())
+            }
+            _ => Err(malformed("")),
+        }
+    }
+
     /// Adds server `id` (peer address `addr`) to the group as a voter, or
     /// as a non-voting learner. Adding an existing learner as a voter
     /// promotes it. Start the new server with `--join` first.

@@ -306,3 +306,68 @@ impl Jute {
         reply[16..].to_vec()
     }
 }
+
+/// whoAmI (opcode 107): a ClientInfo (scheme, user) per identity.
+fn who_am_i(zk: &mut Jute, xid: i32) -> Vec<(String, String)> {
+    let reply = zk.call_body(xid, 107, &[]);
+    let mut r = Reader::new(&reply);
+    let n = r.int("clientInfo count").unwrap();
+    (0..n)
+        .map(|_| (r.string("authScheme").unwrap(), r.string("user").unwrap()))
+        .collect()
+}
+
+#[test]
+fn who_am_i_names_the_connections_identities() {
+    let server = Server::start();
+    let mut zk = Jute::connect(server.zk_addr());
+    let ip = ("ip".to_string(), "127.0.0.1".to_string());
+    assert_eq!(who_am_i(&mut zk, 1), vec![ip.clone()]);
+    // auth digest bob:pw (AuthPacket: type, scheme, credentials, xid -4).
+    let mut w = Writer::default();
+    w.int(0).string("digest").buffer(b"bob:bob-pw");
+    assert_eq!(zk.call(-4, 100, &w.buf), (-4, 0));
+    // ZooKeeper names a digest identity by its user, not the hash.
+    assert_eq!(
+        who_am_i(&mut zk, 2),
+        vec![ip.clone(), ("digest".to_string(), "bob".to_string())]
+    );
+    // Another connection has only its address.
+    let mut other = Jute::connect(server.zk_addr());
+    assert_eq!(who_am_i(&mut other, 1), vec![ip]);
+}
+
+/// zkCli's `whoami` (ZooKeeper 3.8's own client), when Debian's
+/// `zookeeper` package and Java are installed; skipped otherwise.
+#[test]
+fn zkcli_whoami() {
+    let cli = std::path::Path::new("/usr/share/zookeeper/bin/zkCli.sh");
+    let java = std::process::Command::new("java").arg("-version").output();
+    if !cli.exists() || !java.is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: zkCli.sh or java not installed");
+        return;
+    }
+    let server = Server::start();
+    let mut child = std::process::Command::new(cli)
+        .args(["-server", server.zk_addr()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run zkCli.sh");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"addauth digest carol:carol-pw\nwhoami\nquit\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("Auth scheme: User")
+            && stdout.contains("ip: 127.0.0.1")
+            && stdout.lines().any(|l| l.trim() == "digest: carol"),
+        "zkCli whoami:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -66,6 +66,8 @@ pub enum ReadOp {
     CountDescendants(pb::CountDescendantsRequest),
     CheckWatches(pb::CheckWatchesRequest),
     MultiRead(pb::MultiReadRequest),
+    /// The connection's identities when the request arrived.
+    WhoAmI,
 }
 
 /// An error answer: the code and a message naming the path or field.
@@ -159,6 +161,11 @@ pub fn plan(op: Op, session_id: u64, ids: &[AuthId]) -> Plan {
             linearizable: false,
             op: ReadOp::MultiRead(r),
         }),
+        // Served in its turn, so an auth sent before it is seen.
+        Op::WhoAmI(_) => Ok(Plan::Read {
+            linearizable: false,
+            op: ReadOp::WhoAmI,
+        }),
         Op::ClusterStatus(_) => Ok(Plan::ClusterStatus),
         Op::AddMember(r) => cluster::check_add(&r).map(|_| Plan::AddMember(r)),
         Op::RemoveMember(r) => cluster::check_remove(&r).map(|_| Plan::RemoveMember(r)),
@@ -190,6 +197,7 @@ pub fn read(
         // could hide.
         ReadOp::GetEphemerals(r) => (reads::ephemerals(tree, session_id, r), vec![]),
         ReadOp::CountDescendants(r) => (reads::count(tree, ids, r), vec![]),
+        ReadOp::WhoAmI => (Ok(Some(reads::who_am_i(ids))), vec![]),
         ReadOp::CheckWatches(r) => (watches::check(watches, conn, r), vec![]),
         ReadOp::MultiRead(r) => (reads::multi(tree, watches, conn, ids, r, limits), vec![]),
         ReadOp::GetData(r) => (get_data::read(tree, watches, conn, ids, r), vec![]),

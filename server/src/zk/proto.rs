@@ -36,6 +36,7 @@ pub mod opcode {
     pub const SET_WATCHES: i32 = 101;
     pub const SET_WATCHES2: i32 = 105;
     pub const ADD_WATCH: i32 = 106;
+    pub const WHO_AM_I: i32 = 107;
     pub const CLOSE_SESSION: i32 = -11;
     pub const ERROR: i32 = -1;
 }
@@ -326,6 +327,8 @@ pub fn decode_request(op: i32, body: &[u8]) -> Result<(Op, Reply), DecodeError> 
                 watcher_type: kind as i32,
             })
         }
+        // No body.
+        opcode::WHO_AM_I => Op::WhoAmI(pb::WhoAmIRequest {}),
         opcode::MULTI => return decode_multi(&mut r),
         opcode::MULTI_READ => return decode_multi_read(&mut r),
         other => return Err(DecodeError::Unsupported(other)),
@@ -486,10 +489,27 @@ pub fn encode_response(reply: &Reply, resp: &pb::Response) -> (i32, Writer) {
         (opcode::GET_ALL_CHILDREN_NUMBER, Some(Res::CountDescendants(c))) => {
             w.int(c.count.min(i32::MAX as u64) as i32);
         }
+        (opcode::WHO_AM_I, Some(Res::WhoAmI(who))) => {
+            w.int(who.ids.len() as i32);
+            for id in &who.ids {
+                w.string(&id.scheme).string(&zk_user(id));
+            }
+        }
         // delete, ping, close, set/add/remove watches: no body.
         _ => {}
     }
     (0, w)
+}
+
+/// The user ZooKeeper's whoAmI names for an identity (its providers'
+/// `getUserName`): a digest's user name without the hash, an address or a
+/// certificate subject as it is, nothing for `super` (no provider).
+fn zk_user(id: &pb::Identity) -> String {
+    match id.scheme.as_str() {
+        "digest" => id.id.split(':').next().unwrap_or_default().to_string(),
+        "super" => String::new(),
+        _ => id.id.clone(),
+    }
 }
 
 fn encode_multi(w: &mut Writer, kinds: &[i32], m: &pb::MultiResponse) {
