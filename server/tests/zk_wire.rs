@@ -371,3 +371,55 @@ fn zkcli_whoami() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// exists(path) through the ZooKeeper port: the Stat's ephemeralOwner.
+fn zk_ephemeral_owner(zk: &mut Jute, xid: i32, path: &str) -> i64 {
+    let mut w = Writer::default();
+    w.string(path).boolean(false);
+    let reply = zk.call_body(xid, 3, &w.buf);
+    let mut r = Reader::new(&reply);
+    for _ in 0..4 {
+        r.long("stat").unwrap();
+    }
+    for _ in 0..3 {
+        r.int("stat").unwrap();
+    }
+    r.long("ephemeralOwner").unwrap()
+}
+
+/// Containers and TTL nodes: ZooKeeper 3.8's ephemeralOwner encodings on
+/// the ZooKeeper port, their own Stat fields (and owner 0) natively.
+#[tokio::test]
+async fn ephemeral_owner_of_containers_and_ttl_nodes() {
+    let server = Server::start();
+    let native = Client::connect(server.addr(), ConnectOptions::default())
+        .await
+        .unwrap();
+    let container = CreateOptions {
+        container: true,
+        ..Default::default()
+    };
+    native.create("/box", b"", container).await.unwrap();
+    let ttl = CreateOptions {
+        ttl: Some(Duration::from_secs(3600)),
+        ..Default::default()
+    };
+    native.create("/ttl", b"", ttl).await.unwrap();
+    native
+        .create("/plain", b"", CreateOptions::default())
+        .await
+        .unwrap();
+
+    let stat = native.exists("/box").await.unwrap().unwrap();
+    assert_eq!((stat.ephemeral_owner, stat.container), (0, true));
+    let stat = native.exists("/ttl").await.unwrap().unwrap();
+    assert_eq!((stat.ephemeral_owner, stat.ttl_ms), (0, 3_600_000));
+
+    let mut zk = Jute::connect(server.zk_addr());
+    assert_eq!(zk_ephemeral_owner(&mut zk, 1, "/box"), i64::MIN);
+    assert_eq!(
+        zk_ephemeral_owner(&mut zk, 2, "/ttl") as u64,
+        0xFF00_0000_0000_0000 | 3_600_000
+    );
+    assert_eq!(zk_ephemeral_owner(&mut zk, 3, "/plain"), 0);
+}

@@ -401,6 +401,29 @@ fn decode_multi_read(r: &mut Reader<'_>) -> Result<(Op, Reply), DecodeError> {
     ))
 }
 
+/// ZooKeeper's `EphemeralType.CONTAINER_EPHEMERAL_OWNER` (Long.MIN_VALUE).
+pub const CONTAINER_EPHEMERAL_OWNER: i64 = i64::MIN;
+/// ZooKeeper's extended-type marker: the top byte of ephemeralOwner all
+/// ones (`EphemeralType.EXTENDED_MASK`); the next 16 bits name the type
+/// (TTL is 0), the low 40 bits carry its value.
+const EXTENDED_MASK: u64 = 0xFF00_0000_0000_0000;
+/// The largest TTL that encoding carries (`EphemeralType.TTL.maxValue()`).
+pub const TTL_MAX_MS: u64 = 0xFF_FFFF_FFFF;
+
+/// ephemeralOwner as ZooKeeper 3.8 reports it: the owning session for an
+/// ephemeral, Long.MIN_VALUE for a container, `0xFF00000000000000 | ttl`
+/// for a TTL node, 0 otherwise. The native protocol reports container and
+/// TTL in their own Stat fields instead.
+pub fn zk_ephemeral_owner(s: &pb::Stat) -> i64 {
+    if s.container {
+        CONTAINER_EPHEMERAL_OWNER
+    } else if s.ttl_ms > 0 {
+        (EXTENDED_MASK | s.ttl_ms.min(TTL_MAX_MS)) as i64
+    } else {
+        s.ephemeral_owner as i64
+    }
+}
+
 /// ZooKeeper's Stat record.
 pub fn write_stat(w: &mut Writer, s: &pb::Stat) {
     w.long(s.czxid as i64)
@@ -410,7 +433,7 @@ pub fn write_stat(w: &mut Writer, s: &pb::Stat) {
         .int(s.version)
         .int(s.cversion)
         .int(s.aversion)
-        .long(s.ephemeral_owner as i64)
+        .long(zk_ephemeral_owner(s))
         .int(s.data_length as i32)
         .int(s.num_children as i32)
         .long(s.pzxid as i64);
@@ -618,6 +641,26 @@ mod tests {
             decode_request(999, &[]),
             Err(DecodeError::Unsupported(999))
         ));
+    }
+
+    #[test]
+    fn ephemeral_owner_encodes_container_and_ttl_as_zookeeper_does() {
+        let stat = |ephemeral_owner, container, ttl_ms| pb::Stat {
+            ephemeral_owner,
+            container,
+            ttl_ms,
+            ..Default::default()
+        };
+        assert_eq!(zk_ephemeral_owner(&stat(0x1234, false, 0)), 0x1234);
+        assert_eq!(zk_ephemeral_owner(&stat(0, false, 0)), 0);
+        assert_eq!(
+            zk_ephemeral_owner(&stat(0, true, 0)) as u64,
+            0x8000_0000_0000_0000
+        );
+        assert_eq!(
+            zk_ephemeral_owner(&stat(0, false, 5000)) as u64,
+            0xFF00_0000_0000_1388
+        );
     }
 
     #[test]
