@@ -337,10 +337,11 @@ fn who_am_i_names_the_connections_identities() {
     assert_eq!(who_am_i(&mut other, 1), vec![ip]);
 }
 
-/// zkCli's `whoami` (ZooKeeper 3.8's own client), when Debian's
-/// `zookeeper` package and Java are installed; skipped otherwise.
+/// zkCli's `whoami`, `config` and `ls /zookeeper` (ZooKeeper 3.8's own
+/// client), when Debian's `zookeeper` package and Java are installed;
+/// skipped otherwise.
 #[test]
-fn zkcli_whoami() {
+fn zkcli_whoami_config_and_ls() {
     let cli = std::path::Path::new("/usr/share/zookeeper/bin/zkCli.sh");
     let java = std::process::Command::new("java").arg("-version").output();
     if !cli.exists() || !java.is_ok_and(|o| o.status.success()) {
@@ -359,15 +360,19 @@ fn zkcli_whoami() {
         .stdin
         .take()
         .unwrap()
-        .write_all(b"addauth digest carol:carol-pw\nwhoami\nquit\n")
+        .write_all(b"addauth digest carol:carol-pw\nwhoami\nconfig\nls /zookeeper\nquit\n")
         .unwrap();
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("Auth scheme: User")
             && stdout.contains("ip: 127.0.0.1")
-            && stdout.lines().any(|l| l.trim() == "digest: carol"),
-        "zkCli whoami:\n{stdout}\n{}",
+            && stdout.lines().any(|l| l.trim() == "digest: carol")
+            // `config` (getConfig) and `ls /zookeeper`: the virtual subtree.
+            && stdout.lines().any(|l| l.starts_with("server.1=127.0.0.1:"))
+            && stdout.lines().any(|l| l.starts_with("version="))
+            && stdout.contains("[config, quota]"),
+        "zkCli whoami, config, ls:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
 }

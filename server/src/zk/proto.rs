@@ -85,6 +85,14 @@ pub fn zk_code(code: ErrorCode) -> i32 {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
     Plain(i32),
+    /// A read of ZooKeeper's own subtree, forwarded as ClusterStatus and
+    /// answered as the node ([`super::reserved`]).
+    Reserved {
+        op: i32,
+        node: super::reserved::Node,
+    },
+    /// getChildren("/"): the tree's children, and `zookeeper`.
+    RootChildren(i32),
     Multi(Vec<i32>),
     MultiRead(Vec<i32>),
 }
@@ -97,6 +105,10 @@ pub enum DecodeError {
     Unsupported(i32),
     #[error("{0}")]
     Bad(String),
+    /// Well-formed, but refused before it reaches the core (a write to
+    /// ZooKeeper's own subtree).
+    #[error("{1}")]
+    Refused(ErrorCode, String),
 }
 
 /// ZooKeeper's ConnectRequest.
@@ -333,7 +345,7 @@ pub fn decode_request(op: i32, body: &[u8]) -> Result<(Op, Reply), DecodeError> 
         opcode::MULTI_READ => return decode_multi_read(&mut r),
         other => return Err(DecodeError::Unsupported(other)),
     };
-    Ok((decoded, Reply::Plain(op)))
+    super::reserved::route(decoded, Reply::Plain(op))
 }
 
 fn decode_multi(r: &mut Reader<'_>) -> Result<(Op, Reply), DecodeError> {
@@ -463,6 +475,19 @@ pub fn encode_response(reply: &Reply, resp: &pb::Response) -> (i32, Writer) {
                 return (0, w);
             }
             return (zk_code(code), w);
+        }
+        Reply::Reserved { op, node } => return super::reserved::encode(*op, *node, resp),
+        Reply::RootChildren(op) => {
+            let mut resp = resp.clone();
+            if let Some(Res::GetChildren(c)) = &mut resp.result {
+                if !c.children.iter().any(|n| n == "zookeeper") {
+                    c.children.push("zookeeper".to_string());
+                    if let Some(s) = &mut c.stat {
+                        s.num_children += 1;
+                    }
+                }
+            }
+            return encode_response(&Reply::Plain(*op), &resp);
         }
         Reply::Plain(op) => op,
     };
