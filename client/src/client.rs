@@ -378,7 +378,7 @@ impl Client {
     /// The members of the Raft group as the connected server sees them
     /// (role, term, commit and applied index, lag).
     pub async fn cluster_status(&self) -> Result<ClusterStatus> {
-        let op = pb::request::Op::ClusterStatus(pb::ClusterStatusRequest {});
+        let op = pb::request::Op::ClusterStatus(pb::ClusterStatusRequest::default());
         let response = self.call("", op, None).await?;
         match response.result {
             Some(pb::response::Result::ClusterStatus(status)) => Ok(status),

@@ -428,3 +428,61 @@ async fn ephemeral_owner_of_containers_and_ttl_nodes() {
     );
     assert_eq!(zk_ephemeral_owner(&mut zk, 3, "/plain"), 0);
 }
+
+/// getData("/zookeeper/config", watch) on one member of a 3-node cluster:
+/// the config lists the three; a learner joins; the watch fires
+/// (NodeDataChanged) and the config then lists it as an observer, with
+/// another version.
+#[tokio::test]
+async fn the_config_watch_fires_when_membership_changes() {
+    let mut cluster =
+        warden_testkit::Cluster::start_with_spares(3, 1, warden_testkit::ServerOptions::default());
+    let mut zk = Jute::connect(cluster.zk_addr(1));
+    let config = |zk: &mut Jute, xid: i32, watch: bool| -> Vec<String> {
+        let mut w = Writer::default();
+        w.string("/zookeeper/config").boolean(watch);
+        let reply = zk.call_body(xid, 4, &w.buf);
+        let data = Reader::new(&reply).buffer("data").unwrap();
+        String::from_utf8(data)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let before = config(&mut zk, 1, true);
+    assert_eq!(before.len(), 4, "{before:?}");
+    assert!(before.iter().all(|l| !l.contains("observer")), "{before:?}");
+
+    cluster.launch_spare(4);
+    let servers = [1, 2, 3]
+        .iter()
+        .map(|&i| cluster.addr(i).to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let admin = Client::connect(&servers, ConnectOptions::default())
+        .await
+        .unwrap();
+    let peer4 = cluster.peer_addr(4).to_string();
+    admin.add_member(4, &peer4, true).await.unwrap();
+
+    // The next frame is the notification (the read timeout bounds the wait).
+    let body = zk.recv().expect("config watch notification");
+    let mut r = Reader::new(&body);
+    assert_eq!(r.int("xid").unwrap(), -1, "a watch notification");
+    let _ = r.long("zxid").unwrap();
+    let _ = r.int("err").unwrap();
+    assert_eq!(r.int("type").unwrap(), 3, "NodeDataChanged");
+    assert_eq!(r.int("state").unwrap(), 3);
+    assert_eq!(r.string("path").unwrap(), "/zookeeper/config");
+
+    let after = config(&mut zk, 2, false);
+    assert_eq!(after.len(), 5, "{after:?}");
+    let learner = format!("server.4={peer4}:");
+    assert!(
+        after
+            .iter()
+            .any(|l| l.starts_with(&learner) && l.contains(":observer")),
+        "{after:?}"
+    );
+    assert_ne!(before.last(), after.last(), "the version changed");
+}

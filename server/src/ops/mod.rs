@@ -42,8 +42,11 @@ pub enum Plan {
     Ping,
     /// Close the session (a write: CloseSession).
     Close,
-    /// The group's members as this server sees them.
-    ClusterStatus,
+    /// The group's members as this server sees them; with `watch_config`,
+    /// the connection hears once of the next membership change.
+    ClusterStatus {
+        watch_config: bool,
+    },
     /// A raft conf change.
     AddMember(pb::AddMemberRequest),
     RemoveMember(pb::RemoveMemberRequest),
@@ -166,7 +169,9 @@ pub fn plan(op: Op, session_id: u64, ids: &[AuthId]) -> Plan {
             linearizable: false,
             op: ReadOp::WhoAmI,
         }),
-        Op::ClusterStatus(_) => Ok(Plan::ClusterStatus),
+        Op::ClusterStatus(r) => Ok(Plan::ClusterStatus {
+            watch_config: r.watch_config,
+        }),
         Op::AddMember(r) => cluster::check_add(&r).map(|_| Plan::AddMember(r)),
         Op::RemoveMember(r) => cluster::check_remove(&r).map(|_| Plan::RemoveMember(r)),
         Op::Ping(_) => Ok(Plan::Ping),

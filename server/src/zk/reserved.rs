@@ -10,7 +10,9 @@
 //! `getConfig` and Curator's EnsembleTracker read). Writes anywhere in the
 //! subtree are refused (NoAuth, as ZooKeeper refuses writes to its
 //! read-only config node; NodeExists for creating one of the three).
-//! Watches asked for on these reads are not set.
+//! A watch asked with getData or exists on `/zookeeper/config` fires
+//! (NodeDataChanged) once, when the membership next changes; other watches
+//! on these nodes are not set.
 
 use warden_protocol::pb::{self, request::Op, response::Result as Res, ErrorCode};
 
@@ -57,7 +59,15 @@ pub fn route(op: Op, reply: Reply) -> Result<(Op, Reply), DecodeError> {
     };
     if let Some(path) = read {
         if let Some(node) = node(path) {
-            let status = Op::ClusterStatus(pb::ClusterStatusRequest {});
+            // getConfig's watch: on the config node, by getData or exists.
+            let watch = match &op {
+                Op::Exists(r) => r.watch,
+                Op::GetData(r) => r.watch,
+                _ => false,
+            };
+            let status = Op::ClusterStatus(pb::ClusterStatusRequest {
+                watch_config: watch && node == Node::Config,
+            });
             return Ok((status, Reply::Reserved { op: code, node }));
         }
         if path == "/" && matches!(op, Op::GetChildren(_)) {
