@@ -378,10 +378,24 @@ impl Client {
     /// The members of the Raft group as the connected server sees them
     /// (role, term, commit and applied index, lag).
     pub async fn cluster_status(&self) -> Result<ClusterStatus> {
-        let op = pb::request::Op::ClusterStatus(pb::ClusterStatusRequest {});
+        let op = pb::request::Op::ClusterStatus(pb::ClusterStatusRequest::default());
         let response = self.call("", op, None).await?;
         match response.result {
             Some(pb::response::Result::ClusterStatus(status)) => Ok(status),
+            _ => Err(malformed("")),
+        }
+    }
+
+    /// This connection's identities as ACLs match them, as (scheme, id):
+    /// `ip` and its address, `x509` and a certificate's subject, and what
+    /// [`Client::add_auth`] added (`digest`, and `super` for the super user).
+    pub async fn who_am_i(&self) -> Result<Vec<(String, String)>> {
+        let op = pb::request::Op::WhoAmI(pb::WhoAmIRequest {});
+        let response = self.call("", op, None).await?;
+        match response.result {
+            Some(pb::response::Result::WhoAmI(w)) => {
+                Ok(w.ids.into_iter().map(|i| (i.scheme, i.id)).collect())
+            }
             _ => Err(malformed("")),
         }
     }

@@ -217,7 +217,7 @@ fn serve(tree: &mut DataTree, watches: &mut WatchRegistry, op: Op, xid: u64) {
         }
         Plan::Ping
         | Plan::Close
-        | Plan::ClusterStatus
+        | Plan::ClusterStatus { .. }
         | Plan::AddMember(_)
         | Plan::RemoveMember(_)
         | Plan::Reject(_) => {}
@@ -513,7 +513,7 @@ fn native_requests() -> Vec<pb::ClientFrame> {
         .into_iter()
         .map(|(op, body)| zkproto::decode_request(op, &body).expect("sample").0)
         .collect();
-    ops.push(Op::ClusterStatus(pb::ClusterStatusRequest {}));
+    ops.push(Op::ClusterStatus(pb::ClusterStatusRequest::default()));
     ops.push(Op::Close(pb::CloseRequest {}));
     for (xid, op) in ops.into_iter().enumerate() {
         frames.push(pb::ClientFrame {

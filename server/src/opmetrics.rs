@@ -133,5 +133,6 @@ pub fn op_name(op: &Op) -> &'static str {
         Op::CheckWatches(_) => "check_watches",
         Op::MultiRead(_) => "multi_read",
         Op::Auth(_) => "auth",
+        Op::WhoAmI(_) => "who_am_i",
     }
 }

@@ -306,3 +306,183 @@ impl Jute {
         reply[16..].to_vec()
     }
 }
+
+/// whoAmI (opcode 107): a ClientInfo (scheme, user) per identity.
+fn who_am_i(zk: &mut Jute, xid: i32) -> Vec<(String, String)> {
+    let reply = zk.call_body(xid, 107, &[]);
+    let mut r = Reader::new(&reply);
+    let n = r.int("clientInfo count").unwrap();
+    (0..n)
+        .map(|_| (r.string("authScheme").unwrap(), r.string("user").unwrap()))
+        .collect()
+}
+
+#[test]
+fn who_am_i_names_the_connections_identities() {
+    let server = Server::start();
+    let mut zk = Jute::connect(server.zk_addr());
+    let ip = ("ip".to_string(), "127.0.0.1".to_string());
+    assert_eq!(who_am_i(&mut zk, 1), vec![ip.clone()]);
+    // auth digest bob:pw (AuthPacket: type, scheme, credentials, xid -4).
+    let mut w = Writer::default();
+    w.int(0).string("digest").buffer(b"bob:bob-pw");
+    assert_eq!(zk.call(-4, 100, &w.buf), (-4, 0));
+    // ZooKeeper names a digest identity by its user, not the hash.
+    assert_eq!(
+        who_am_i(&mut zk, 2),
+        vec![ip.clone(), ("digest".to_string(), "bob".to_string())]
+    );
+    // Another connection has only its address.
+    let mut other = Jute::connect(server.zk_addr());
+    assert_eq!(who_am_i(&mut other, 1), vec![ip]);
+}
+
+/// zkCli's `whoami`, `config` and `ls /zookeeper` (ZooKeeper 3.8's own
+/// client), when Debian's `zookeeper` package and Java are installed;
+/// skipped otherwise.
+#[test]
+fn zkcli_whoami_config_and_ls() {
+    let cli = std::path::Path::new("/usr/share/zookeeper/bin/zkCli.sh");
+    let java = std::process::Command::new("java").arg("-version").output();
+    if !cli.exists() || !java.is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: zkCli.sh or java not installed");
+        return;
+    }
+    let server = Server::start();
+    let mut child = std::process::Command::new(cli)
+        .args(["-server", server.zk_addr()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run zkCli.sh");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"addauth digest carol:carol-pw\nwhoami\nconfig\nls /zookeeper\nquit\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("Auth scheme: User")
+            && stdout.contains("ip: 127.0.0.1")
+            && stdout.lines().any(|l| l.trim() == "digest: carol")
+            // `config` (getConfig) and `ls /zookeeper`: the virtual subtree.
+            && stdout.lines().any(|l| l.starts_with("server.1=127.0.0.1:"))
+            && stdout.lines().any(|l| l.starts_with("version="))
+            && stdout.contains("[config, quota]"),
+        "zkCli whoami, config, ls:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// exists(path) through the ZooKeeper port: the Stat's ephemeralOwner.
+fn zk_ephemeral_owner(zk: &mut Jute, xid: i32, path: &str) -> i64 {
+    let mut w = Writer::default();
+    w.string(path).boolean(false);
+    let reply = zk.call_body(xid, 3, &w.buf);
+    let mut r = Reader::new(&reply);
+    for _ in 0..4 {
+        r.long("stat").unwrap();
+    }
+    for _ in 0..3 {
+        r.int("stat").unwrap();
+    }
+    r.long("ephemeralOwner").unwrap()
+}
+
+/// Containers and TTL nodes: ZooKeeper 3.8's ephemeralOwner encodings on
+/// the ZooKeeper port, their own Stat fields (and owner 0) natively.
+#[tokio::test]
+async fn ephemeral_owner_of_containers_and_ttl_nodes() {
+    let server = Server::start();
+    let native = Client::connect(server.addr(), ConnectOptions::default())
+        .await
+        .unwrap();
+    let container = CreateOptions {
+        container: true,
+        ..Default::default()
+    };
+    native.create("/box", b"", container).await.unwrap();
+    let ttl = CreateOptions {
+        ttl: Some(Duration::from_secs(3600)),
+        ..Default::default()
+    };
+    native.create("/ttl", b"", ttl).await.unwrap();
+    native
+        .create("/plain", b"", CreateOptions::default())
+        .await
+        .unwrap();
+
+    let stat = native.exists("/box").await.unwrap().unwrap();
+    assert_eq!((stat.ephemeral_owner, stat.container), (0, true));
+    let stat = native.exists("/ttl").await.unwrap().unwrap();
+    assert_eq!((stat.ephemeral_owner, stat.ttl_ms), (0, 3_600_000));
+
+    let mut zk = Jute::connect(server.zk_addr());
+    assert_eq!(zk_ephemeral_owner(&mut zk, 1, "/box"), i64::MIN);
+    assert_eq!(
+        zk_ephemeral_owner(&mut zk, 2, "/ttl") as u64,
+        0xFF00_0000_0000_0000 | 3_600_000
+    );
+    assert_eq!(zk_ephemeral_owner(&mut zk, 3, "/plain"), 0);
+}
+
+/// getData("/zookeeper/config", watch) on one member of a 3-node cluster:
+/// the config lists the three; a learner joins; the watch fires
+/// (NodeDataChanged) and the config then lists it as an observer, with
+/// another version.
+#[tokio::test]
+async fn the_config_watch_fires_when_membership_changes() {
+    let mut cluster =
+        warden_testkit::Cluster::start_with_spares(3, 1, warden_testkit::ServerOptions::default());
+    let mut zk = Jute::connect(cluster.zk_addr(1));
+    let config = |zk: &mut Jute, xid: i32, watch: bool| -> Vec<String> {
+        let mut w = Writer::default();
+        w.string("/zookeeper/config").boolean(watch);
+        let reply = zk.call_body(xid, 4, &w.buf);
+        let data = Reader::new(&reply).buffer("data").unwrap();
+        String::from_utf8(data)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let before = config(&mut zk, 1, true);
+    assert_eq!(before.len(), 4, "{before:?}");
+    assert!(before.iter().all(|l| !l.contains("observer")), "{before:?}");
+
+    cluster.launch_spare(4);
+    let servers = [1, 2, 3]
+        .iter()
+        .map(|&i| cluster.addr(i).to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let admin = Client::connect(&servers, ConnectOptions::default())
+        .await
+        .unwrap();
+    let peer4 = cluster.peer_addr(4).to_string();
+    admin.add_member(4, &peer4, true).await.unwrap();
+
+    // The next frame is the notification (the read timeout bounds the wait).
+    let body = zk.recv().expect("config watch notification");
+    let mut r = Reader::new(&body);
+    assert_eq!(r.int("xid").unwrap(), -1, "a watch notification");
+    let _ = r.long("zxid").unwrap();
+    let _ = r.int("err").unwrap();
+    assert_eq!(r.int("type").unwrap(), 3, "NodeDataChanged");
+    assert_eq!(r.int("state").unwrap(), 3);
+    assert_eq!(r.string("path").unwrap(), "/zookeeper/config");
+
+    let after = config(&mut zk, 2, false);
+    assert_eq!(after.len(), 5, "{after:?}");
+    let learner = format!("server.4={peer4}:");
+    assert!(
+        after
+            .iter()
+            .any(|l| l.starts_with(&learner) && l.contains(":observer")),
+        "{after:?}"
+    );
+    assert_ne!(before.last(), after.last(), "the version changed");
+}

@@ -244,6 +244,7 @@ impl ReadyHandler for Machine {
             self.tree.skip(index);
         } else {
             self.member_change(index, change, &ctx);
+            self.clients.config_changed(index);
         }
         info!(index, node_id = change.node_id, change = ?change.get_change_type(), voters = ?conf.voters, learners = ?conf.learners, "membership changed");
         if ctx.origin_node == self.node_id && ctx.request_id != 0 {

@@ -16,7 +16,7 @@
 //! It never blocks on a connection: a client whose outbound queue is full
 //! is disconnected (its session lives on until it resumes or expires).
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -108,6 +108,9 @@ pub(super) struct Clients {
     op_metrics: OpMetrics,
     /// Packets and latencies of every connection (ZooKeeper's `srvr`).
     figures: ServerFigures,
+    /// Connections to tell once of the next membership change
+    /// (`ClusterStatusRequest.watch_config`).
+    config_watchers: BTreeSet<ConnId>,
 }
 
 impl Clients {
@@ -122,6 +125,7 @@ impl Clients {
             limits,
             op_metrics,
             figures: ServerFigures::new(),
+            config_watchers: BTreeSet::new(),
         }
     }
 
@@ -360,6 +364,7 @@ impl Clients {
         c.closed.cancel();
         self.out_paused.remove(&conn);
         self.watches.remove_conn(conn);
+        self.config_watchers.remove(&conn);
         if let Some(s) = c.session {
             if self.by_session.get(&s) == Some(&conn) {
                 self.by_session.remove(&s);
@@ -471,6 +476,27 @@ impl Clients {
             }
         }
         self.flush(conn, tree);
+    }
+
+    /// `conn` hears once of the next membership change.
+    pub fn watch_config(&mut self, conn: ConnId) {
+        self.config_watchers.insert(conn);
+    }
+
+    /// The membership changed at `zxid`: a NodeDataChanged on
+    /// `/zookeeper/config` (the path the watch was asked on, through the
+    /// ZooKeeper port) to each connection watching it, once.
+    pub fn config_changed(&mut self, zxid: u64) {
+        for conn in std::mem::take(&mut self.config_watchers) {
+            self.push(
+                conn,
+                frames::event(pb::WatchEvent {
+                    r#type: pb::EventType::NodeDataChanged as i32,
+                    path: crate::zk::reserved::CONFIG.to_string(),
+                    zxid,
+                }),
+            );
+        }
     }
 
     /// Sends the watch events of an entry just applied to `tree` at `zxid`.

@@ -174,7 +174,10 @@ impl Core {
         let slot = match ops::plan(op, session_id, &ids) {
             Plan::Reject(f) => Slot::Done(frames::error(xid, zxid, f)),
             Plan::Ping => Slot::Ping { xid },
-            Plan::ClusterStatus => {
+            Plan::ClusterStatus { watch_config } => {
+                if watch_config {
+                    self.m.clients.watch_config(conn);
+                }
                 let status = self.cluster_status();
                 Slot::Done(frames::response(
                     xid,

@@ -33,6 +33,12 @@ impl Core {
             peer_addr: self.m.cfg.peer_listen.to_string(),
             leader_id: self.m.leader_id,
             log_floor: self.raft.matched_by_all().unwrap_or(0),
+            zk_addr: self
+                .m
+                .cfg
+                .zk_listen
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
         }
     }
 
@@ -108,6 +114,7 @@ impl Core {
                         lag: commit.saturating_sub(me.applied_index),
                         voter,
                         reachable: true,
+                        zk_addr: me.zk_addr.clone(),
                     };
                 }
                 let addr = self.m.transport.addr_of(id).unwrap_or_default().to_string();
@@ -123,6 +130,7 @@ impl Core {
                         lag: commit.saturating_sub(st.applied_index),
                         voter,
                         reachable: now.duration_since(*at) < PEER_STATUS_FRESH,
+                        zk_addr: st.zk_addr.clone(),
                     },
                     None => pb::MemberStatus {
                         id,

@@ -42,8 +42,11 @@ pub enum Plan {
     Ping,
     /// Close the session (a write: CloseSession).
     Close,
-    /// The group's members as this server sees them.
-    ClusterStatus,
+    /// The group's members as this server sees them; with `watch_config`,
+    /// the connection hears once of the next membership change.
+    ClusterStatus {
+        watch_config: bool,
+    },
     /// A raft conf change.
     AddMember(pb::AddMemberRequest),
     RemoveMember(pb::RemoveMemberRequest),
@@ -66,6 +69,8 @@ pub enum ReadOp {
     CountDescendants(pb::CountDescendantsRequest),
     CheckWatches(pb::CheckWatchesRequest),
     MultiRead(pb::MultiReadRequest),
+    /// The connection's identities when the request arrived.
+    WhoAmI,
 }
 
 /// An error answer: the code and a message naming the path or field.
@@ -159,7 +164,14 @@ pub fn plan(op: Op, session_id: u64, ids: &[AuthId]) -> Plan {
             linearizable: false,
             op: ReadOp::MultiRead(r),
         }),
-        Op::ClusterStatus(_) => Ok(Plan::ClusterStatus),
+        // Served in its turn, so an auth sent before it is seen.
+        Op::WhoAmI(_) => Ok(Plan::Read {
+            linearizable: false,
+            op: ReadOp::WhoAmI,
+        }),
+        Op::ClusterStatus(r) => Ok(Plan::ClusterStatus {
+            watch_config: r.watch_config,
+        }),
         Op::AddMember(r) => cluster::check_add(&r).map(|_| Plan::AddMember(r)),
         Op::RemoveMember(r) => cluster::check_remove(&r).map(|_| Plan::RemoveMember(r)),
         Op::Ping(_) => Ok(Plan::Ping),
@@ -190,6 +202,7 @@ pub fn read(
         // could hide.
         ReadOp::GetEphemerals(r) => (reads::ephemerals(tree, session_id, r), vec![]),
         ReadOp::CountDescendants(r) => (reads::count(tree, ids, r), vec![]),
+        ReadOp::WhoAmI => (Ok(Some(reads::who_am_i(ids))), vec![]),
         ReadOp::CheckWatches(r) => (watches::check(watches, conn, r), vec![]),
         ReadOp::MultiRead(r) => (reads::multi(tree, watches, conn, ids, r, limits), vec![]),
         ReadOp::GetData(r) => (get_data::read(tree, watches, conn, ids, r), vec![]),

@@ -29,6 +29,20 @@ pub(super) fn ephemerals(
     })))
 }
 
+/// The identities a request is checked with (ZooKeeper's whoAmI): no
+/// permission needed, as in ZooKeeper.
+pub(super) fn who_am_i(ids: &[AuthId]) -> Res {
+    Res::WhoAmI(pb::WhoAmIResponse {
+        ids: ids
+            .iter()
+            .map(|i| pb::Identity {
+                scheme: i.scheme.clone(),
+                id: i.id.clone(),
+            })
+            .collect(),
+    })
+}
+
 /// READ on the node, as ZooKeeper's getAllChildrenNumber.
 pub(super) fn count(
     tree: &DataTree,

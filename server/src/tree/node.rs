@@ -106,6 +106,8 @@ impl Node {
             ephemeral_owner: self.ephemeral_owner,
             data_length: len_u32(self.data.len()),
             num_children: len_u32(self.children.len()),
+            container: self.container,
+            ttl_ms: self.ttl_ms,
         }
     }
 

@@ -243,6 +243,8 @@ fn create_sets_stat_and_bumps_parent() {
             ephemeral_owner: 0,
             data_length: 5,
             num_children: 0,
+            container: false,
+            ttl_ms: 0,
         }
     );
     assert_eq!(log.tree.stat("/a/b"), Some(stat));

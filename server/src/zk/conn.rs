@@ -261,6 +261,14 @@ async fn on_request(
             });
             Ok(())
         }
+        Err(proto::DecodeError::Refused(code, why)) => {
+            debug!(op, %why, "refused");
+            pending.push_back(Pending::Local {
+                xid,
+                err: proto::zk_code(code),
+            });
+            Ok(())
+        }
         Err(e) => {
             debug!(op, error = %e, "malformed request");
             pending.push_back(Pending::Local {

@@ -36,6 +36,7 @@ pub mod opcode {
     pub const SET_WATCHES: i32 = 101;
     pub const SET_WATCHES2: i32 = 105;
     pub const ADD_WATCH: i32 = 106;
+    pub const WHO_AM_I: i32 = 107;
     pub const CLOSE_SESSION: i32 = -11;
     pub const ERROR: i32 = -1;
 }
@@ -84,6 +85,14 @@ pub fn zk_code(code: ErrorCode) -> i32 {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
     Plain(i32),
+    /// A read of ZooKeeper's own subtree, forwarded as ClusterStatus and
+    /// answered as the node ([`super::reserved`]).
+    Reserved {
+        op: i32,
+        node: super::reserved::Node,
+    },
+    /// getChildren("/"): the tree's children, and `zookeeper`.
+    RootChildren(i32),
     Multi(Vec<i32>),
     MultiRead(Vec<i32>),
 }
@@ -96,6 +105,10 @@ pub enum DecodeError {
     Unsupported(i32),
     #[error("{0}")]
     Bad(String),
+    /// Well-formed, but refused before it reaches the core (a write to
+    /// ZooKeeper's own subtree).
+    #[error("{1}")]
+    Refused(ErrorCode, String),
 }
 
 /// ZooKeeper's ConnectRequest.
@@ -326,11 +339,13 @@ pub fn decode_request(op: i32, body: &[u8]) -> Result<(Op, Reply), DecodeError> 
                 watcher_type: kind as i32,
             })
         }
+        // No body.
+        opcode::WHO_AM_I => Op::WhoAmI(pb::WhoAmIRequest {}),
         opcode::MULTI => return decode_multi(&mut r),
         opcode::MULTI_READ => return decode_multi_read(&mut r),
         other => return Err(DecodeError::Unsupported(other)),
     };
-    Ok((decoded, Reply::Plain(op)))
+    super::reserved::route(decoded, Reply::Plain(op))
 }
 
 fn decode_multi(r: &mut Reader<'_>) -> Result<(Op, Reply), DecodeError> {
@@ -398,6 +413,29 @@ fn decode_multi_read(r: &mut Reader<'_>) -> Result<(Op, Reply), DecodeError> {
     ))
 }
 
+/// ZooKeeper's `EphemeralType.CONTAINER_EPHEMERAL_OWNER` (Long.MIN_VALUE).
+pub const CONTAINER_EPHEMERAL_OWNER: i64 = i64::MIN;
+/// ZooKeeper's extended-type marker: the top byte of ephemeralOwner all
+/// ones (`EphemeralType.EXTENDED_MASK`); the next 16 bits name the type
+/// (TTL is 0), the low 40 bits carry its value.
+const EXTENDED_MASK: u64 = 0xFF00_0000_0000_0000;
+/// The largest TTL that encoding carries (`EphemeralType.TTL.maxValue()`).
+pub const TTL_MAX_MS: u64 = 0xFF_FFFF_FFFF;
+
+/// ephemeralOwner as ZooKeeper 3.8 reports it: the owning session for an
+/// ephemeral, Long.MIN_VALUE for a container, `0xFF00000000000000 | ttl`
+/// for a TTL node, 0 otherwise. The native protocol reports container and
+/// TTL in their own Stat fields instead.
+pub fn zk_ephemeral_owner(s: &pb::Stat) -> i64 {
+    if s.container {
+        CONTAINER_EPHEMERAL_OWNER
+    } else if s.ttl_ms > 0 {
+        (EXTENDED_MASK | s.ttl_ms.min(TTL_MAX_MS)) as i64
+    } else {
+        s.ephemeral_owner as i64
+    }
+}
+
 /// ZooKeeper's Stat record.
 pub fn write_stat(w: &mut Writer, s: &pb::Stat) {
     w.long(s.czxid as i64)
@@ -407,7 +445,7 @@ pub fn write_stat(w: &mut Writer, s: &pb::Stat) {
         .int(s.version)
         .int(s.cversion)
         .int(s.aversion)
-        .long(s.ephemeral_owner as i64)
+        .long(zk_ephemeral_owner(s))
         .int(s.data_length as i32)
         .int(s.num_children as i32)
         .long(s.pzxid as i64);
@@ -437,6 +475,19 @@ pub fn encode_response(reply: &Reply, resp: &pb::Response) -> (i32, Writer) {
                 return (0, w);
             }
             return (zk_code(code), w);
+        }
+        Reply::Reserved { op, node } => return super::reserved::encode(*op, *node, resp),
+        Reply::RootChildren(op) => {
+            let mut resp = resp.clone();
+            if let Some(Res::GetChildren(c)) = &mut resp.result {
+                if !c.children.iter().any(|n| n == "zookeeper") {
+                    c.children.push("zookeeper".to_string());
+                    if let Some(s) = &mut c.stat {
+                        s.num_children += 1;
+                    }
+                }
+            }
+            return encode_response(&Reply::Plain(*op), &resp);
         }
         Reply::Plain(op) => op,
     };
@@ -486,10 +537,27 @@ pub fn encode_response(reply: &Reply, resp: &pb::Response) -> (i32, Writer) {
         (opcode::GET_ALL_CHILDREN_NUMBER, Some(Res::CountDescendants(c))) => {
             w.int(c.count.min(i32::MAX as u64) as i32);
         }
+        (opcode::WHO_AM_I, Some(Res::WhoAmI(who))) => {
+            w.int(who.ids.len() as i32);
+            for id in &who.ids {
+                w.string(&id.scheme).string(&zk_user(id));
+            }
+        }
         // delete, ping, close, set/add/remove watches: no body.
         _ => {}
     }
     (0, w)
+}
+
+/// The user ZooKeeper's whoAmI names for an identity (its providers'
+/// `getUserName`): a digest's user name without the hash, an address or a
+/// certificate subject as it is, nothing for `super` (no provider).
+fn zk_user(id: &pb::Identity) -> String {
+    match id.scheme.as_str() {
+        "digest" => id.id.split(':').next().unwrap_or_default().to_string(),
+        "super" => String::new(),
+        _ => id.id.clone(),
+    }
 }
 
 fn encode_multi(w: &mut Writer, kinds: &[i32], m: &pb::MultiResponse) {
@@ -598,6 +666,26 @@ mod tests {
             decode_request(999, &[]),
             Err(DecodeError::Unsupported(999))
         ));
+    }
+
+    #[test]
+    fn ephemeral_owner_encodes_container_and_ttl_as_zookeeper_does() {
+        let stat = |ephemeral_owner, container, ttl_ms| pb::Stat {
+            ephemeral_owner,
+            container,
+            ttl_ms,
+            ..Default::default()
+        };
+        assert_eq!(zk_ephemeral_owner(&stat(0x1234, false, 0)), 0x1234);
+        assert_eq!(zk_ephemeral_owner(&stat(0, false, 0)), 0);
+        assert_eq!(
+            zk_ephemeral_owner(&stat(0, true, 0)) as u64,
+            0x8000_0000_0000_0000
+        );
+        assert_eq!(
+            zk_ephemeral_owner(&stat(0, false, 5000)) as u64,
+            0xFF00_0000_0000_1388
+        );
     }
 
     #[test]

@@ -115,6 +115,7 @@ def test_crud_with_versions(zk, root):
 
 def test_every_create_mode(zk, root):
     assert zk.create(root + "/p") == root + "/p"
+    assert zk.exists(root + "/p").ephemeralOwner == 0
     e = zk.create(root + "/e", ephemeral=True)
     assert zk.exists(e).ephemeralOwner == zk.client_id[0]
     with pytest.raises(NoChildrenForEphemeralsError):
@@ -125,14 +126,22 @@ def test_every_create_mode(zk, root):
     es = zk.create(root + "/es-", ephemeral=True, sequence=True)
     assert zk.exists(es).ephemeralOwner == zk.client_id[0]
     # CONTAINER = 4, PERSISTENT_WITH_TTL = 5, PERSISTENT_SEQUENTIAL_WITH_TTL = 6
-    c, _ = raw_create(zk, Create2(root + "/box", b"", OPEN_ACL_UNSAFE, 4))
+    c, c_stat = raw_create(zk, Create2(root + "/box", b"", OPEN_ACL_UNSAFE, 4))
+    # ZooKeeper 3.8's ephemeralOwner encodings: Long.MIN_VALUE for a
+    # container, 0xFF00000000000000 | ttl for a TTL node (EphemeralType).
+    assert c_stat.ephemeralOwner == -(2**63)
+    assert zk.exists(c).ephemeralOwner == -(2**63)
     zk.create(c + "/item")
     zk.delete(c + "/item")
     wait_for("empty container removed", lambda: zk.exists(c) is None)
     t, _ = raw_create(zk, CreateTTL(root + "/ttl", b"", OPEN_ACL_UNSAFE, 5, 300))
     wait_for("TTL node removed", lambda: zk.exists(t) is None)
-    ts, _ = raw_create(zk, CreateTTL(root + "/ttl-s-", b"", OPEN_ACL_UNSAFE, 6, 60_000))
+    ts, ts_stat = raw_create(zk, CreateTTL(root + "/ttl-s-", b"", OPEN_ACL_UNSAFE, 6, 60_000))
     assert ts.startswith(root + "/ttl-s-") and ts[-10:].isdigit()
+    ttl_owner = (0xFF00000000000000 | 60_000) - 2**64
+    assert ts_stat.ephemeralOwner == ttl_owner
+    assert zk.exists(ts).ephemeralOwner == ttl_owner
+    assert zk.get(ts)[1].ephemeralOwner == ttl_owner
 
 
 def test_sequential_names_are_unique_and_increasing(zk, root):

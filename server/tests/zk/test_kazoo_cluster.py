@@ -1,7 +1,8 @@
 """ZooKeeper compatibility against a 3-node Warden cluster, with kazoo:
 server_version(), transactions, LockingQueue, null data, the packet limit
 (ConnectionLoss, as ZooKeeper), the four-letter words' figures moving with
-load, and the AdminServer's /commands JSON.
+load, the AdminServer's /commands JSON, and ZooKeeper's own subtree
+(/zookeeper, /zookeeper/config, /zookeeper/quota).
 
 Run by server/tests/zk_kazoo.rs, which starts the cluster and passes
 WARDEN_ZK_HOSTS (all three), WARDEN_ZK_NODES and WARDEN_HTTP_NODES (each
@@ -18,7 +19,14 @@ import uuid
 
 import pytest
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, ConnectionLoss, NoNodeError, RolledBackError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NoAuthError,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+)
 
 HOSTS = os.environ["WARDEN_ZK_HOSTS"]
 NODES = os.environ["WARDEN_ZK_NODES"].split(",")
@@ -334,3 +342,61 @@ def test_admin_server_commands(zk, root):
     assert str(sid) in body["session_id_to_timeout_ms"]
     status, body = admin(i, "nope")
     assert status == 404 and body["error"] == "Unknown command: nope"
+
+
+def config_of(c):
+    """/zookeeper/config as ZooKeeper's dynamic-config lines, and its stat."""
+    data, stat = c.get("/zookeeper/config")
+    assert stat.dataLength == len(data)
+    return data.decode().splitlines(), stat
+
+
+def test_zookeeper_subtree_and_config_on_every_node(zk):
+    assert sorted(zk.get_children("/zookeeper")) == ["config", "quota"]
+    assert "zookeeper" in zk.get_children("/")
+    assert zk.exists("/zookeeper/quota") is not None
+    assert zk.get("/zookeeper/quota")[0] == b""
+    assert zk.exists("/zookeeper/nothing") is None
+    expected = set(NODES)
+
+    def complete(c):
+        # Each member's line names its ZooKeeper port once its status
+        # has reached the node asked.
+        lines, _ = config_of(c)
+        clients = {line.split(";", 1)[1] for line in lines if ";" in line}
+        return lines if clients == expected else None
+
+    seen = []
+    for node in NODES:
+        c = client(node)
+        try:
+            lines = eventually(f"config on {node} lists every member", lambda: complete(c))
+        finally:
+            c.stop()
+            c.close()
+        servers = lines[:-1]
+        assert len(servers) == 3, lines
+        for line in servers:
+            assert re.fullmatch(
+                r"server\.\d+=127\.0\.0\.1:(\d+):\1:participant;127\.0\.0\.1:\d+", line
+            ), line
+        version = lines[-1]
+        assert version.startswith("version=")
+        int(version.split("=", 1)[1], 16)
+        seen.append(lines)
+    # Every member computes the same config.
+    assert seen[0] == seen[1] == seen[2]
+
+    # Read-only, as ZooKeeper's config node; the others cannot be made.
+    with pytest.raises(NoAuthError):
+        zk.set("/zookeeper/config", b"server.9=x")
+    with pytest.raises(NoAuthError):
+        zk.delete("/zookeeper/config")
+    with pytest.raises(NoAuthError):
+        zk.create("/zookeeper/mine", b"")
+    with pytest.raises(NodeExistsError):
+        zk.create("/zookeeper", b"")
+    acl, _ = zk.get_acls("/zookeeper/config")
+    assert [(a.perms, a.id.scheme, a.id.id) for a in acl] == [(1, "world", "anyone")]
+    # Still the same, and the connection still serves.
+    assert config_of(zk)[0] == seen[0]

@@ -1,0 +1,252 @@
+//! ZooKeeper's own subtree as ZooKeeper shows it: `/zookeeper`, with
+//! `config` and `quota` under it, and `zookeeper` among the root's
+//! children.
+//!
+//! Virtual: served by this door only, never stored in the tree (native
+//! clients and snapshots do not see it). A read of one of these nodes is
+//! forwarded as a ClusterStatus request, so it is answered in the
+//! connection's turn, and `/zookeeper/config` is computed from the members
+//! the answering server knows, in ZooKeeper's dynamic-config format (what
+//! `getConfig` and Curator's EnsembleTracker read). Writes anywhere in the
+//! subtree are refused (NoAuth, as ZooKeeper refuses writes to its
+//! read-only config node; NodeExists for creating one of the three).
+//! A watch asked with getData or exists on `/zookeeper/config` fires
+//! (NodeDataChanged) once, when the membership next changes; other watches
+//! on these nodes are not set.
+
+use warden_protocol::pb::{self, request::Op, response::Result as Res, ErrorCode};
+
+use super::jute::Writer;
+use super::proto::{opcode, write_stat, zk_code, DecodeError, Reply};
+
+pub const ROOT: &str = "/zookeeper";
+pub const CONFIG: &str = "/zookeeper/config";
+pub const QUOTA: &str = "/zookeeper/quota";
+
+/// A path in the reserved subtree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Node {
+    Root,
+    Config,
+    Quota,
+    /// Below `/zookeeper` but none of the three: it does not exist.
+    Missing,
+}
+
+pub fn node(path: &str) -> Option<Node> {
+    match path {
+        ROOT => Some(Node::Root),
+        CONFIG => Some(Node::Config),
+        QUOTA => Some(Node::Quota),
+        p if p.starts_with("/zookeeper/") => Some(Node::Missing),
+        _ => None,
+    }
+}
+
+/// Routes a decoded request: reads of the subtree become a ClusterStatus
+/// request answered as the node, writes to it are refused, and
+/// getChildren("/") is marked to gain `zookeeper`. Everything else passes.
+pub fn route(op: Op, reply: Reply) -> Result<(Op, Reply), DecodeError> {
+    let Reply::Plain(code) = reply else {
+        return Ok((op, reply));
+    };
+    let read = match &op {
+        Op::Exists(r) => Some(&r.path),
+        Op::GetData(r) => Some(&r.path),
+        Op::GetChildren(r) => Some(&r.path),
+        Op::GetAcl(r) => Some(&r.path),
+        _ => None,
+    };
+    if let Some(path) = read {
+        if let Some(node) = node(path) {
+            // getConfig's watch: on the config node, by getData or exists.
+            let watch = match &op {
+                Op::Exists(r) => r.watch,
+                Op::GetData(r) => r.watch,
+                _ => false,
+            };
+            let status = Op::ClusterStatus(pb::ClusterStatusRequest {
+                watch_config: watch && node == Node::Config,
+            });
+            return Ok((status, Reply::Reserved { op: code, node }));
+        }
+        if path == "/" && matches!(op, Op::GetChildren(_)) {
+            return Ok((op, Reply::RootChildren(code)));
+        }
+        return Ok((op, reply));
+    }
+    let (path, creating) = match &op {
+        Op::Create(r) => (&r.path, true),
+        Op::Delete(r) => (&r.path, false),
+        Op::SetData(r) => (&r.path, false),
+        Op::SetAcl(r) => (&r.path, false),
+        _ => return Ok((op, reply)),
+    };
+    match node(path) {
+        None => Ok((op, reply)),
+        Some(n) if creating && n != Node::Missing => {
+            Err(DecodeError::Refused(ErrorCode::NodeExists, path.clone()))
+        }
+        Some(_) => Err(DecodeError::Refused(
+            ErrorCode::NoAuth,
+            format!("{path}: ZooKeeper's own subtree is read-only"),
+        )),
+    }
+}
+
+/// The answer to a read of `node` with opcode `op`, from a ClusterStatus
+/// response: (ZooKeeper error code, body).
+pub fn encode(op: i32, node: Node, resp: &pb::Response) -> (i32, Writer) {
+    let mut w = Writer::default();
+    let code = ErrorCode::try_from(resp.error).unwrap_or(ErrorCode::SystemError);
+    if code != ErrorCode::Ok {
+        return (zk_code(code), w);
+    }
+    let Some(Res::ClusterStatus(status)) = &resp.result else {
+        return (zk_code(ErrorCode::SystemError), w);
+    };
+    let (data, children): (Vec<u8>, &[&str]) = match node {
+        Node::Missing => return (zk_code(ErrorCode::NoNode), w),
+        Node::Root => (Vec::new(), &["config", "quota"]),
+        Node::Config => (config(status).into_bytes(), &[]),
+        Node::Quota => (Vec::new(), &[]),
+    };
+    let stat = pb::Stat {
+        data_length: data.len() as u32,
+        num_children: children.len() as u32,
+        ..Default::default()
+    };
+    match op {
+        opcode::EXISTS => write_stat(&mut w, &stat),
+        opcode::GET_DATA => {
+            w.buffer(&data);
+            write_stat(&mut w, &stat);
+        }
+        opcode::GET_CHILDREN | opcode::GET_CHILDREN2 => {
+            let names: Vec<String> = children.iter().map(|c| c.to_string()).collect();
+            w.strings(&names);
+            if op == opcode::GET_CHILDREN2 {
+                write_stat(&mut w, &stat);
+            }
+        }
+        opcode::GET_ACL => {
+            // ZooKeeper's: world:anyone may only read the config node.
+            let perms = match node {
+                Node::Config => warden_protocol::perms::READ,
+                _ => warden_protocol::perms::ALL,
+            };
+            w.int(1).int(perms as i32).string("world").string("anyone");
+            write_stat(&mut w, &stat);
+        }
+        _ => {}
+    }
+    (0, w)
+}
+
+/// The membership in ZooKeeper's dynamic-config format: per member
+/// `server.ID=PEERHOST:PEERPORT:ELECTIONPORT:ROLE;ZKHOST:ZKPORT` (Warden
+/// has one peer port, given as both; voters are participants, learners
+/// observers; the client part is left out until the member has reported
+/// its ZooKeeper port), then `version=HEX`. ZooKeeper's version is the
+/// zxid of the last reconfig; here it is a fingerprint (FNV-1a) of the
+/// member lines, so it changes exactly when the membership does and every
+/// member computes the same one.
+pub fn config(status: &pb::ClusterStatusResponse) -> String {
+    let mut members: Vec<&pb::MemberStatus> = status.members.iter().collect();
+    members.sort_by_key(|m| m.id);
+    let mut out = String::new();
+    for m in members {
+        let port = m.addr.rsplit(':').next().unwrap_or_default();
+        let role = if m.voter { "participant" } else { "observer" };
+        out.push_str(&format!("server.{}={}:{port}:{role}", m.id, m.addr));
+        if !m.zk_addr.is_empty() {
+            out.push_str(&format!(";{}", m.zk_addr));
+        }
+        out.push('\n');
+    }
+    let version = out.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    out.push_str(&format!("version={version:x}"));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: u64, voter: bool, zk: &str) -> pb::MemberStatus {
+        pb::MemberStatus {
+            id,
+            addr: format!("127.0.0.1:710{id}"),
+            zk_addr: zk.to_string(),
+            voter,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn config_is_zookeepers_dynamic_format() {
+        let status = pb::ClusterStatusResponse {
+            members: vec![member(2, false, ""), member(1, true, "127.0.0.1:2181")],
+            ..Default::default()
+        };
+        let text = config(&status);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[..2],
+            [
+                "server.1=127.0.0.1:7101:7101:participant;127.0.0.1:2181",
+                "server.2=127.0.0.1:7102:7102:observer",
+            ]
+        );
+        let version = lines[2].strip_prefix("version=").unwrap();
+        assert!(u64::from_str_radix(version, 16).is_ok(), "{version}");
+        // Another membership, another version.
+        let fewer = pb::ClusterStatusResponse {
+            members: vec![member(1, true, "127.0.0.1:2181")],
+            ..Default::default()
+        };
+        assert_ne!(config(&fewer).lines().last(), Some(lines[2]));
+    }
+
+    #[test]
+    fn writes_to_the_subtree_are_refused_and_reads_rerouted() {
+        let set = Op::SetData(pb::SetDataRequest {
+            path: CONFIG.into(),
+            ..Default::default()
+        });
+        assert!(matches!(
+            route(set, Reply::Plain(opcode::SET_DATA)),
+            Err(DecodeError::Refused(ErrorCode::NoAuth, _))
+        ));
+        let create = Op::Create(pb::CreateRequest {
+            path: QUOTA.into(),
+            ..Default::default()
+        });
+        assert!(matches!(
+            route(create, Reply::Plain(opcode::CREATE)),
+            Err(DecodeError::Refused(ErrorCode::NodeExists, _))
+        ));
+        let get = Op::GetData(pb::GetDataRequest {
+            path: CONFIG.into(),
+            ..Default::default()
+        });
+        let (op, reply) = route(get, Reply::Plain(opcode::GET_DATA)).unwrap();
+        assert!(matches!(op, Op::ClusterStatus(_)));
+        assert_eq!(
+            reply,
+            Reply::Reserved {
+                op: opcode::GET_DATA,
+                node: Node::Config
+            }
+        );
+        // A look-alike outside the subtree is the tree's.
+        let other = Op::GetData(pb::GetDataRequest {
+            path: "/zookeeperish".into(),
+            ..Default::default()
+        });
+        let (op, _) = route(other, Reply::Plain(opcode::GET_DATA)).unwrap();
+        assert!(matches!(op, Op::GetData(_)));
+    }
+}
