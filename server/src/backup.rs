@@ -17,8 +17,7 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use prost::Message as _;
-use protobuf::Message as _;
-use raft::eraftpb::{ConfChange, ConfChangeType, ConfState, EntryType};
+use raft::eraftpb::{ConfChangeType, ConfState, EntryType};
 use raft::Storage as _;
 
 use crate::proto::{self, txn::Kind, Proposal, Txn};
@@ -274,7 +273,8 @@ fn replay(tree: &mut DataTree, entry: &raft::eraftpb::Entry) -> Result<(), Strin
             }
         }
         EntryType::EntryConfChange => {
-            let cc = ConfChange::parse_from_bytes(&entry.data).map_err(|e| e.to_string())?;
+            let cc = crate::raft::wire_guard::decode_conf_change(&entry.data)
+                .map_err(|e| e.to_string())?;
             if cc.node_id == 0 {
                 tree.skip(entry.index);
                 return Ok(());

@@ -42,7 +42,6 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
-use raft::eraftpb::Message as RaftMessage;
 use raft::StateRole;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -585,7 +584,7 @@ impl Core {
         }
         match frame.kind {
             Some(peer_frame::Kind::Raft(bytes)) => {
-                match <RaftMessage as protobuf::Message>::parse_from_bytes(&bytes) {
+                match crate::raft::wire_guard::decode_message(&bytes) {
                     Ok(msg) if msg.from != from || msg.to != self.m.node_id => {
                         debug!(
                             from,

@@ -1,7 +1,8 @@
 //! Raft: the log and hard state on disk ([`storage`]), snapshot files
 //! ([`snapfile`]), the node that drives
 //! `raft::RawNode` through its Ready loop ([`node`]), and the bridge from
-//! raft-rs's slog logging into tracing ([`logger`]).
+//! raft-rs's slog logging into tracing ([`logger`]), and the check every
+//! raft protobuf from outside passes before it is decoded ([`wire_guard`]).
 
 pub mod logger;
 pub mod node;
@@ -9,6 +10,7 @@ pub mod snapfile;
 pub mod storage;
 pub mod transport;
 pub mod watermark;
+pub mod wire_guard;
 
 pub use node::{RaftNode, ReadyHandler, Undelivered};
 pub use storage::{DiskStorage, StorageError};

@@ -8,10 +8,8 @@
 
 use std::time::Duration;
 
-use protobuf::Message as _;
 use raft::eraftpb::{
-    ConfChange, ConfChangeType, ConfChangeV2, ConfState, Entry, EntryType, Message, MessageType,
-    Snapshot,
+    ConfChange, ConfChangeType, ConfState, Entry, EntryType, Message, MessageType, Snapshot,
 };
 use raft::{RawNode, ReadState, SnapshotStatus, SoftState, StateRole};
 
@@ -393,7 +391,7 @@ impl RaftNode {
                     .apply(&entry)
                     .map_err(|e| NodeError::Corrupt(format!("log entry {}: {e}", entry.index)))?,
                 EntryType::EntryConfChange => {
-                    let cc = ConfChange::parse_from_bytes(&entry.data)
+                    let cc = super::wire_guard::decode_conf_change(&entry.data)
                         .map_err(|e| NodeError::Corrupt(e.to_string()))?;
                     let cs = self.raw.apply_conf_change(&cc)?;
                     self.raw.mut_store().set_conf_state(cs.clone())?;
@@ -402,7 +400,7 @@ impl RaftNode {
                 EntryType::EntryConfChangeV2 => {
                     // We only propose simple (v1) changes; a v2 entry is
                     // applied to raft and otherwise only advances the index.
-                    let cc = ConfChangeV2::parse_from_bytes(&entry.data)
+                    let cc = super::wire_guard::decode_conf_change_v2(&entry.data)
                         .map_err(|e| NodeError::Corrupt(e.to_string()))?;
                     let cs = self.raw.apply_conf_change(&cc)?;
                     self.raw.mut_store().set_conf_state(cs.clone())?;
