@@ -32,6 +32,9 @@ use tracing_subscriber::EnvFilter;
 /// unknown)` when built outside a git checkout; see `build.rs`.
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("WARDEN_GIT_REV"), ")");
 
+/// The git revision alone (`git 1a2b3c4d5e6f`, or `revision unknown`).
+pub const REVISION: &str = env!("WARDEN_GIT_REV");
+
 /// The environment variable of per-target filters.
 pub const FILTER_ENV: &str = "WARDEN_LOG";
 

@@ -112,7 +112,8 @@ pub enum Limit {
 }
 
 const LIMITS: usize = 8;
-const ALL: [Limit; LIMITS] = [
+/// Every limit, in `index` order.
+pub const ALL: [Limit; LIMITS] = [
     Limit::ConnectionsPerIp,
     Limit::Sessions,
     Limit::OutstandingRequests,

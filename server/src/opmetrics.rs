@@ -32,6 +32,18 @@ pub struct OpMetrics {
     /// entries each appending Ready wrote (the group-commit batch size).
     pub fsync_seconds: Histogram,
     pub append_batch_entries: Histogram,
+    /// Sessions the leader closed because their client went quiet past
+    /// the session timeout (counted by the leader that expired them).
+    pub session_expiries: Counter,
+    /// Leader snapshots this server installed in place of its log.
+    pub snapshot_installs: Counter,
+    /// Raft heartbeat round trips to each peer, as the leader sees them.
+    peer_rtt: Family<PeerLabel, Histogram, fn() -> Histogram>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PeerLabel {
+    peer: String,
 }
 
 fn latency_histogram() -> Histogram {
@@ -48,6 +60,9 @@ impl Default for OpMetrics {
             fsync_seconds: latency_histogram(),
             // 1 .. 32768 entries.
             append_batch_entries: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
+            session_expiries: Counter::default(),
+            snapshot_installs: Counter::default(),
+            peer_rtt: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
         }
     }
 }
@@ -57,8 +72,14 @@ impl OpMetrics {
         Self::default()
     }
 
-    /// Adds the families to `registry`.
+    /// Adds the families to `registry`. Every limit's hit counter starts
+    /// at 0, so alerts on its rate work before the first hit.
     pub fn register(&self, registry: &mut Registry) {
+        for limit in crate::limits::ALL {
+            let _ = self.limit_hits.get_or_create(&LimitLabel {
+                limit: limit.name().to_string(),
+            });
+        }
         registry.register(
             "requests",
             "Client requests answered, by operation (native and ZooKeeper doors)",
@@ -84,6 +105,30 @@ impl OpMetrics {
             "Entries written by each appending Ready (group-commit batch size)",
             self.append_batch_entries.clone(),
         );
+        registry.register(
+            "session_expiries",
+            "Sessions expired by this server as leader (no heartbeat within the session timeout)",
+            self.session_expiries.clone(),
+        );
+        registry.register(
+            "snapshot_installs",
+            "Leader snapshots this server installed in place of its log (it had fallen too far behind, or was new)",
+            self.snapshot_installs.clone(),
+        );
+        registry.register(
+            "peer_rtt_seconds",
+            "Round trip of the leader's Raft heartbeats to each peer, through the peer links and the peer's core",
+            self.peer_rtt.clone(),
+        );
+    }
+
+    /// One heartbeat round trip to `peer`.
+    pub fn peer_rtt(&self, peer: u64, took: Duration) {
+        self.peer_rtt
+            .get_or_create(&PeerLabel {
+                peer: peer.to_string(),
+            })
+            .observe(took.as_secs_f64());
     }
 
     /// One answered request of kind `op` that took `took`.

@@ -321,7 +321,13 @@ fn single_node_health_status_metrics_openapi() {
     let (st, m) = request(http, "GET", "/metrics", None);
     assert_eq!(st, 200);
     check_exposition(&m);
-    let grants = |m: &str| sample(m, "warden_lock_acquisitions_total").unwrap_or(0.0);
+    // Summed over `waited` (both label sets are exported from the start).
+    let grants = |m: &str| -> f64 {
+        m.lines()
+            .filter(|l| l.starts_with("warden_lock_acquisitions_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
     let before = grants(&m);
     let (st, _) = post(
         http,

@@ -27,6 +27,7 @@
 // links to private items resolve.
 #![allow(rustdoc::private_intra_doc_links)]
 
+pub mod debian;
 pub mod python;
 pub mod raw;
 pub mod tls;

@@ -75,6 +75,9 @@ impl ReadyHandler for Machine {
                 from: self.node_id,
                 kind: Some(peer_frame::Kind::Raft(bytes)),
             };
+            if m.get_msg_type() == MessageType::MsgHeartbeat {
+                self.heartbeats_sent.entry(to).or_insert_with(Instant::now);
+            }
             if m.get_msg_type() == MessageType::MsgPropose {
                 // Raft never sends a forward again: held, not dropped.
                 self.forwards.send(&self.transport, to, frame);
@@ -194,6 +197,7 @@ impl ReadyHandler for Machine {
             took_ms = started.elapsed().as_millis() as u64,
             "state machine replaced by leader snapshot"
         );
+        self.op_metrics.snapshot_installs.inc();
         let old = std::mem::replace(&mut self.tree, tree);
         self.clients.after_snapshot(&old, &self.tree);
         // Freeing a million nodes takes a while: not on the core.
@@ -266,6 +270,9 @@ impl ReadyHandler for Machine {
             self.leader_changes += 1;
         }
         self.leader_id = ss.leader_id;
+        if self.role != StateRole::Leader {
+            self.heartbeats_sent.clear();
+        }
         info!(role = ?ss.raft_state, leader = ss.leader_id, "raft role changed");
         if self.role == StateRole::Leader && !was_leader {
             let sessions: Vec<(u64, Duration)> = self

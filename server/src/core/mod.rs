@@ -225,6 +225,9 @@ struct Machine {
     op_metrics: crate::opmetrics::OpMetrics,
     /// Proposals forwarded to the leader that its link did not take yet.
     forwards: forwards::Forwards,
+    /// While leading: when the oldest unanswered heartbeat went to each
+    /// peer (its response gives `warden_peer_rtt_seconds`).
+    heartbeats_sent: HashMap<u64, Instant>,
     /// Bytes of entries applied since the last snapshot.
     applied_bytes: u64,
     /// What the leader last said every member has in its log (a follower
@@ -325,6 +328,7 @@ impl Core {
                 snapshot_wanted: false,
                 op_metrics,
                 forwards: forwards::Forwards::default(),
+                heartbeats_sent: HashMap::new(),
                 applied_bytes: 0,
                 leader_floor: 0,
             },
@@ -514,6 +518,7 @@ impl Core {
         }
         for id in self.m.sessions.take_expired(Instant::now()) {
             debug!(session_id = format_args!("{id:#x}"), "session expired");
+            self.m.op_metrics.session_expiries.inc();
             let txn = Txn {
                 kind: Some(Kind::CloseSession(proto::CloseSessionTxn {
                     session_id: id,
@@ -594,6 +599,11 @@ impl Core {
                         );
                     }
                     Ok(mut msg) => {
+                        if msg.get_msg_type() == raft::eraftpb::MessageType::MsgHeartbeatResponse {
+                            if let Some(sent) = self.m.heartbeats_sent.remove(&from) {
+                                self.m.op_metrics.peer_rtt(from, sent.elapsed());
+                            }
+                        }
                         if self.m.role == StateRole::Leader
                             && msg.get_msg_type() == raft::eraftpb::MessageType::MsgPropose
                         {

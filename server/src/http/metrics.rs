@@ -67,12 +67,31 @@ pub(crate) struct Metrics {
     connections: Gauge,
     ephemerals: Gauge,
     members: Gauge,
+    is_leader: Gauge,
+    has_leader: Gauge,
+    member_lag: Family<MemberLabel, Gauge>,
+    member_reachable: Family<MemberLabel, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabel {
+    version: String,
+    revision: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MemberLabel {
+    member: String,
 }
 
 impl Metrics {
     pub(crate) fn new(op_metrics: &crate::opmetrics::OpMetrics) -> Self {
-        let mut registry = Registry::with_prefix("warden");
-        op_metrics.register(&mut registry);
+        // Warden's own metrics are `warden_*`; the process collector's keep
+        // the standard `process_*` names.
+        let mut root = Registry::default();
+        root.register_collector(Box::new(super::process_metrics::ProcessCollector));
+        let registry = root.sub_registry_with_prefix("warden");
+        op_metrics.register(registry);
         let requests = Family::<RouteCode, Counter>::default();
         registry.register(
             "http_requests",
@@ -99,6 +118,11 @@ impl Metrics {
             "Time from an HTTP acquire to its grant (waiting plus hand-off)",
             lock_wait.clone(),
         );
+        for waited in ["false", "true"] {
+            let _ = lock_grants.get_or_create(&Waited {
+                waited: waited.to_string(),
+            });
+        }
         let lock_refusals = Counter::default();
         registry.register(
             "lock_wait_timeouts",
@@ -110,36 +134,32 @@ impl Metrics {
             registry.register(name, help, g.clone());
             g
         };
-        let raft_term = gauge(&mut registry, "raft_term", "This server's Raft term");
-        let raft_commit_index = gauge(&mut registry, "raft_commit_index", "Raft commit index");
-        let raft_applied_index = gauge(&mut registry, "raft_applied_index", "Raft applied index");
+        let raft_term = gauge(registry, "raft_term", "This server's Raft term");
+        let raft_commit_index = gauge(registry, "raft_commit_index", "Raft commit index");
+        let raft_applied_index = gauge(registry, "raft_applied_index", "Raft applied index");
         let raft_leader_changes = Counter::<u64, AtomicU64>::default();
         registry.register(
             "raft_leader_changes",
             "New leaders this server has seen since it started",
             raft_leader_changes.clone(),
         );
-        let znodes = gauge(&mut registry, "znodes", "Znodes in the tree");
-        let watches = gauge(
-            &mut registry,
-            "watches",
-            "Watches registered on this server",
-        );
-        let connections = gauge(&mut registry, "connections", "Client connections");
-        let ephemerals = gauge(&mut registry, "ephemerals", "Ephemeral znodes");
-        let members = gauge(&mut registry, "members", "Members of the Raft group");
-        let sessions = gauge(&mut registry, "sessions", "Live client sessions");
+        let znodes = gauge(registry, "znodes", "Znodes in the tree");
+        let watches = gauge(registry, "watches", "Watches registered on this server");
+        let connections = gauge(registry, "connections", "Client connections");
+        let ephemerals = gauge(registry, "ephemerals", "Ephemeral znodes");
+        let members = gauge(registry, "members", "Members of the Raft group");
+        let sessions = gauge(registry, "sessions", "Live client sessions");
         let counter = |registry: &mut Registry, name: &str, help: &str| {
             let c = Counter::<u64, AtomicU64>::default();
             registry.register(name, help, c.clone());
             c
         };
         let proposals = counter(
-            &mut registry,
+            registry,
             "raft_proposals",
             "Proposals this server handed to raft",
         );
-        let fsyncs = counter(&mut registry, "raft_fsyncs", "fsyncs of the raft log");
+        let fsyncs = counter(registry, "raft_fsyncs", "fsyncs of the raft log");
         let fsync_seconds = Counter::<f64, AtomicU64>::default();
         registry.register(
             "raft_fsync_seconds",
@@ -147,22 +167,60 @@ impl Metrics {
             fsync_seconds.clone(),
         );
         let append_batches = counter(
-            &mut registry,
+            registry,
             "raft_append_batches",
             "Ready batches that appended entries to the raft log",
         );
         let appended_entries = counter(
-            &mut registry,
+            registry,
             "raft_appended_entries",
             "Entries appended to the raft log; divided by raft_append_batches: the group-commit batch size",
         );
         let snapshot_bytes = gauge(
-            &mut registry,
+            registry,
             "snapshot_bytes",
             "Size of the last snapshot this server took (0: none yet)",
         );
-        Metrics {
+        let build_info = Family::<BuildLabel, Gauge>::default();
+        registry.register(
+            "build_info",
+            "Always 1; the labels say which build this server runs",
+            build_info.clone(),
+        );
+        build_info
+            .get_or_create(&BuildLabel {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                revision: warden_log::REVISION.to_string(),
+            })
+            .set(1);
+        let is_leader = gauge(
             registry,
+            "is_leader",
+            "1 while this server is the Raft leader, else 0",
+        );
+        let has_leader = gauge(
+            registry,
+            "has_leader",
+            "1 while this server knows a leader (itself or another), else 0",
+        );
+        let member_lag = Family::<MemberLabel, Gauge>::default();
+        registry.register(
+            "member_lag_entries",
+            "How far each member's applied index is behind this server's commit index (the leader's view is the authoritative one)",
+            member_lag.clone(),
+        );
+        let member_reachable = Family::<MemberLabel, Gauge>::default();
+        registry.register(
+            "member_reachable",
+            "1 when this server heard from the member within the last few seconds",
+            member_reachable.clone(),
+        );
+        Metrics {
+            registry: root,
+            is_leader,
+            has_leader,
+            member_lag,
+            member_reachable,
             requests,
             latency,
             lock_grants,
@@ -224,6 +282,22 @@ impl Metrics {
             self.raft_applied_index.set(me.applied_index as i64);
         }
         self.members.set(s.members.len() as i64);
+        self.is_leader
+            .set(i64::from(s.leader_id != 0 && s.leader_id == s.server_id));
+        self.has_leader.set(i64::from(s.leader_id != 0));
+        // Members that left are dropped, not left at their last value.
+        let _one_at_a_time = self.scrape.lock().expect("metrics mutex");
+        self.member_lag.clear();
+        self.member_reachable.clear();
+        for m in &s.members {
+            let label = MemberLabel {
+                member: m.id.to_string(),
+            };
+            self.member_lag.get_or_create(&label).set(m.lag as i64);
+            self.member_reachable
+                .get_or_create(&label)
+                .set(i64::from(m.reachable));
+        }
     }
 
     fn record_stats(&self, stats: &ServerStats) {

@@ -15,6 +15,7 @@ mod health;
 mod limited;
 pub(crate) mod locks;
 mod metrics;
+mod process_metrics;
 mod snapshot;
 mod tls;
 
