@@ -6,6 +6,8 @@
 use std::time::{Duration, Instant};
 
 use warden_client::{Client, ConnectOptions, CreateOptions};
+
+mod common;
 use warden_testkit::{Cluster, ServerOptions};
 
 fn opts() -> ConnectOptions {
@@ -189,6 +191,13 @@ async fn a_snapshot_install_keeps_connections_and_fires_skipped_watches() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // Counted for operators (`warden_snapshot_installs_total`).
+    let (_, metrics) = common::http::request(cluster.http_addr(f), "GET", "/metrics", None);
+    let installs = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("warden_snapshot_installs_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert!(installs >= Some(1.0), "installs: {installs:?}");
     let event = tokio::time::timeout(Duration::from_secs(30), fired)
         .await
         .expect("the skipped change fired the watch")
