@@ -86,55 +86,60 @@ impl StoreClient {
         }
     }
 
-    /// One request with a JSON `body`; (status, JSON answer, `Null` if the
-    /// answer is not JSON).
+    /// One request to the store with a JSON `body` (see [`request`]).
     pub async fn request(
         &self,
         method: &str,
         path: &str,
         body: Option<&str>,
     ) -> Result<(u16, Value), ClientError> {
-        tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(method, path, body))
-            .await
-            .unwrap_or_else(|_| Err(self.io(format!("no answer within {REQUEST_TIMEOUT:?}"))))
+        request(&self.addr, method, path, body).await
     }
+}
 
-    async fn exchange(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<&str>,
-    ) -> Result<(u16, Value), ClientError> {
-        let mut stream = TcpStream::connect(&self.addr)
+/// One HTTP/1.1 request with a JSON `body` to `addr` (any JSON API: the
+/// store's, or Warden's lock API); (status, JSON answer, `Null` if the
+/// answer is not JSON).
+pub async fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> Result<(u16, Value), ClientError> {
+    let io = |why: String| ClientError::Io {
+        addr: addr.to_string(),
+        why,
+    };
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr)
             .await
-            .map_err(|e| self.io(format!("connect: {e}")))?;
+            .map_err(|e| io(format!("connect: {e}")))?;
         let body = body.unwrap_or("");
         let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
              Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            self.addr,
             body.len()
         );
         stream
             .write_all(request.as_bytes())
             .await
-            .map_err(|e| self.io(format!("send: {e}")))?;
+            .map_err(|e| io(format!("send: {e}")))?;
         let mut raw = Vec::new();
         stream
             .read_to_end(&mut raw)
             .await
-            .map_err(|e| self.io(format!("receive: {e}")))?;
+            .map_err(|e| io(format!("receive: {e}")))?;
         let split = raw
             .windows(4)
             .position(|w| w == b"\r\n\r\n")
-            .ok_or_else(|| self.io("an answer without a complete head".into()))?;
+            .ok_or_else(|| io("an answer without a complete head".into()))?;
         let head = String::from_utf8_lossy(&raw[..split]);
         let rest = &raw[split + 4..];
         let status = head
             .split_whitespace()
             .nth(1)
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| self.io(format!("no status in {head:?}")))?;
+            .ok_or_else(|| io(format!("no status in {head:?}")))?;
         let chunked = head
             .to_ascii_lowercase()
             .contains("transfer-encoding: chunked");
@@ -144,14 +149,10 @@ impl StoreClient {
             rest.to_vec()
         };
         Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
-    }
-
-    fn io(&self, why: String) -> ClientError {
-        ClientError::Io {
-            addr: self.addr.clone(),
-            why,
-        }
-    }
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+        .await
+        .unwrap_or_else(|_| Err(io(format!("no answer within {REQUEST_TIMEOUT:?}"))))
 }
 
 fn refused(status: u16, answer: &Value) -> ClientError {

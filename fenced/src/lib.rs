@@ -31,6 +31,6 @@ pub mod client;
 pub mod sql;
 pub mod store;
 
-pub use client::{ClientError, StoreClient};
+pub use client::{request, ClientError, StoreClient};
 pub use sql::{FencedSql, FencedSqlError};
 pub use store::{Record, Stale, Store, StoreError};
