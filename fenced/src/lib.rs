@@ -11,7 +11,7 @@
 //! - [`store`] and [`api`]: `warden-fenced`, a key-value store service
 //!   (HTTP, durable on disk in fjall) keeping per key the value and the
 //!   highest token seen, refusing older tokens;
-//! - [`sql`]: [`FencedSql`](sql::FencedSql), the same rule as one SQL
+//! - [`sql`]: [`FencedSql`], the same rule as one SQL
 //!   `UPDATE ... WHERE last_fencing_token <= :token` (SQLite via rusqlite);
 //! - [`client`]: a small async client of the store's API.
 //!
