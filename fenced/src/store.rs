@@ -230,6 +230,44 @@ mod tests {
         ));
     }
 
+    /// Racing writers with interleaved tokens: whatever the order, the
+    /// key ends with the highest token accepted, and its value. A check
+    /// apart from its write would let a lower token overwrite a higher
+    /// one accepted in between (a race: this catches it often, not
+    /// always).
+    #[test]
+    fn racing_writers_end_with_the_highest_accepted_token() {
+        const THREADS: u64 = 16;
+        const WRITES: u64 = 400;
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(Store::open(dir.path()).unwrap());
+        let writers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    let mut accepted = Vec::new();
+                    for i in 0..WRITES {
+                        // Thread t writes t, t + THREADS, ...: interleaved.
+                        let token = i * THREADS + t + 1;
+                        match store.write("k", json!(token), token, None) {
+                            Ok(_) => accepted.push(token),
+                            Err(StoreError::Stale(s)) => assert!(s.highest > token, "{s}"),
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                    accepted
+                })
+            })
+            .collect();
+        let accepted: Vec<u64> = writers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect();
+        let max = *accepted.iter().max().unwrap();
+        let record = store.read("k").unwrap().unwrap();
+        assert_eq!((record.fencing_token, record.value), (max, json!(max)));
+    }
+
     #[test]
     fn a_second_store_on_one_dir_is_refused() {
         let dir = tempfile::tempdir().unwrap();
