@@ -21,7 +21,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{StatusCode, Uri};
+use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -36,11 +36,14 @@ pub const BODY_BYTES_MAX: usize = 1024 * 1024;
 /// The routes, over `store`.
 pub fn router(store: Arc<Store>) -> Router {
     Router::new()
-        .route("/health", get(health))
-        .route("/write", post(write_seed))
+        .route("/health", get(health).fallback(method_not_allowed))
+        .route("/write", post(write_seed).fallback(method_not_allowed))
         .route(
             "/v1/keys/{key}",
-            get(read_key).put(write_key).post(write_key),
+            get(read_key)
+                .put(write_key)
+                .post(write_key)
+                .fallback(method_not_allowed),
         )
         .fallback(unknown_route)
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
@@ -293,6 +296,18 @@ async fn unknown_route(uri: Uri) -> Response {
             "no route {}: the routes are GET|PUT|POST /v1/keys/{{key}}, POST /write, GET /health",
             uri.path()
         ),
+    )
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> Response {
+    let allowed = match uri.path() {
+        "/health" => "GET",
+        "/write" => "POST",
+        _ => "GET, PUT or POST",
+    };
+    failure(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{method} is not allowed on {}: {allowed}", uri.path()),
     )
 }
 

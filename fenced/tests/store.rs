@@ -210,6 +210,16 @@ async fn bad_input_is_400_naming_the_problem_and_the_store_keeps_serving() {
         answer["error"].as_str().unwrap().contains("/v1/keys/{key}"),
         "{answer}"
     );
+    // A method a route does not take: 405 naming the ones it does.
+    let (status, answer) = client.request("DELETE", "/v1/keys/k", None).await.unwrap();
+    assert_eq!(status, 405);
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("GET, PUT or POST"),
+        "{answer}"
+    );
     // Still serving; nothing was written by the refused requests.
     assert_eq!(client.read("k").await.unwrap(), None);
     client.write("k", json!("ok"), 1, None).await.unwrap();
