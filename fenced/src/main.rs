@@ -91,3 +91,32 @@ async fn stop_signal() {
     }
     info!("stop signal: finishing the requests in hand");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    /// Every flag has an environment variable (`WARDEN_FENCED_` and the
+    /// flag's name; the logging flags share the other binaries' `WARDEN_`).
+    #[test]
+    fn every_flag_has_an_environment_variable() {
+        let cli = Cli::command();
+        for arg in cli.get_arguments() {
+            let id = arg.get_id().as_str();
+            if matches!(id, "help" | "version") {
+                continue;
+            }
+            let env = arg
+                .get_env()
+                .unwrap_or_else(|| panic!("--{id} has no environment variable"));
+            let long = arg.get_long().expect("a long flag");
+            let expected = long.to_uppercase().replace('-', "_");
+            let env = env.to_string_lossy();
+            assert!(
+                env == format!("WARDEN_FENCED_{expected}") || env == format!("WARDEN_{expected}"),
+                "--{long}: {env}"
+            );
+        }
+    }
+}
