@@ -267,15 +267,17 @@ async fn flags_come_from_the_environment_and_bad_ones_are_named() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let data = data.to_str().unwrap();
+    let listen = format!("127.0.0.1:{}", warden_testkit::free_ports(1)[0]);
     let (mut child, addr) = launch(
         &[],
         &[
-            ("WARDEN_FENCED_LISTEN", "127.0.0.1:0"),
+            ("WARDEN_FENCED_LISTEN", listen.as_str()),
             ("WARDEN_FENCED_DATA_DIR", data),
         ],
         &dir.path().join("env.log"),
     )
     .unwrap();
+    assert_eq!(addr, listen);
     let client = warden_fenced::StoreClient::new(addr);
     client.write("k", Value::Null, 1, None).await.unwrap();
     assert!(std::path::Path::new(data).is_dir());
