@@ -268,7 +268,7 @@ async fn flags_come_from_the_environment_and_bad_ones_are_named() {
     let data = dir.path().join("data");
     let data = data.to_str().unwrap();
     let listen = format!("127.0.0.1:{}", warden_testkit::free_ports(1)[0]);
-    let (mut child, addr) = launch(
+    let (first, addr) = launch(
         &[],
         &[
             ("WARDEN_FENCED_LISTEN", listen.as_str()),
@@ -288,16 +288,15 @@ async fn flags_come_from_the_environment_and_bad_ones_are_named() {
         &[],
         &dir.path().join("second.log"),
     );
-    let why = second.map(|_| ()).unwrap_err();
+    let why = second.map(|(running, _)| drop(running)).unwrap_err();
     assert!(why.contains("in use by another process"), "{why}");
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(first);
 
     let bad = launch(
         &["--listen", "nowhere", "--data-dir", data],
         &[],
         &dir.path().join("bad.log"),
     );
-    let why = bad.map(|_| ()).unwrap_err();
+    let why = bad.map(|(running, _)| drop(running)).unwrap_err();
     assert!(why.contains("--listen"), "{why}");
 }

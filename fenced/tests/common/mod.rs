@@ -26,7 +26,7 @@ pub fn binary() -> &'static str {
 /// One `warden-fenced` process, across restarts, with its own directory.
 pub struct Fenced {
     dir: Option<tempfile::TempDir>,
-    child: Option<Child>,
+    child: Option<KillOnDrop>,
     addr: String,
     starts: u32,
 }
@@ -83,8 +83,8 @@ impl Fenced {
             &log,
         );
         match launched {
-            Ok((child, addr)) => {
-                self.child = Some(child);
+            Ok((running, addr)) => {
+                self.child = Some(running);
                 self.addr = addr;
             }
             Err(e) => panic!("{e}"),
@@ -93,15 +93,14 @@ impl Fenced {
 
     /// SIGKILL: nothing runs at exit, nothing is flushed.
     pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        // Dropping the guard kills and reaps the process.
+        self.child.take();
     }
 
     /// SIGTERM and wait for the exit.
     pub fn stop(&mut self) -> ExitStatus {
-        let mut child = self.child.take().expect("running");
+        let mut running = self.child.take().expect("running");
+        let child = &mut running.0;
         warden_testkit::sigterm(child.id());
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
@@ -128,10 +127,25 @@ impl Drop for Fenced {
     }
 }
 
+/// Kills its process when dropped, so that a failing assertion does not
+/// leave the process running.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts `warden-fenced ARGS` with `envs` (and no other WARDEN_*
 /// variable), output to `log`; waits for the ready line. Err, with the
 /// log, if the process exits (or hangs) first.
-pub fn launch(args: &[&str], envs: &[(&str, &str)], log: &Path) -> Result<(Child, String), String> {
+pub fn launch(
+    args: &[&str],
+    envs: &[(&str, &str)],
+    log: &Path,
+) -> Result<(KillOnDrop, String), String> {
     let log_file = OpenOptions::new()
         .create(true)
         .append(true)
@@ -155,7 +169,7 @@ pub fn launch(args: &[&str], envs: &[(&str, &str)], log: &Path) -> Result<(Child
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || forward(stdout, log_file, tx));
     match rx.recv_timeout(READY_TIMEOUT) {
-        Ok(addr) => Ok((child, addr)),
+        Ok(addr) => Ok((KillOnDrop(child), addr)),
         Err(_) => {
             let _ = child.kill();
             let status = child.wait().ok();
