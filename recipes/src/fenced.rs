@@ -18,7 +18,8 @@
 //! is for resources whose write is itself ordered after the record.
 //!
 //! The table lives in memory; a resource that must survive restarts has to
-//! persist the highest token with its data.
+//! persist the highest token with its data, as the `warden-fenced` store
+//! and its SQL recipe do (`docs/fencing.md`).
 
 use std::collections::HashMap;
 
