@@ -15,14 +15,14 @@ WORKDIR /src
 ARG WARDEN_GIT_REV=
 ENV WARDEN_GIT_REV=${WARDEN_GIT_REV}
 COPY . .
-RUN cargo build --release --locked --bin warden --bin wardenctl \
-    && install -m 0755 target/release/warden target/release/wardenctl /usr/local/bin/
+RUN cargo build --release --locked --bin warden --bin wardenctl --bin warden-fenced \
+    && install -m 0755 target/release/warden target/release/wardenctl target/release/warden-fenced /usr/local/bin/
 
 FROM debian:bookworm-slim
 RUN useradd --system --user-group --uid 10001 --home-dir /var/lib/warden --shell /usr/sbin/nologin warden \
     && mkdir -p /var/lib/warden \
     && chown warden:warden /var/lib/warden
-COPY --from=build /usr/local/bin/warden /usr/local/bin/wardenctl /usr/local/bin/
+COPY --from=build /usr/local/bin/warden /usr/local/bin/wardenctl /usr/local/bin/warden-fenced /usr/local/bin/
 USER warden:warden
 WORKDIR /var/lib/warden
 # Every flag of `warden serve` has a WARDEN_* variable; these make the
