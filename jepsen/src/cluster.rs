@@ -296,6 +296,23 @@ impl Cluster {
         )))
     }
 
+    /// The group's members as the first node that answers sees them, each
+    /// with its own HTTP address (not its proxy); every node when none
+    /// answers.
+    pub async fn member_http_addrs(&self) -> Vec<(u64, String)> {
+        let mut ids = self.ids();
+        for id in self.ids() {
+            if let Ok(s) = self.status_from(id).await {
+                ids = s.members.iter().map(|m| m.id).collect();
+                break;
+            }
+        }
+        ids.into_iter()
+            .filter(|id| self.nodes.iter().any(|n| n.id == *id))
+            .map(|id| (id, format!("127.0.0.1:{}", self.node(id).http_port)))
+            .collect()
+    }
+
     /// Cluster status as node `id` sees it (a short-lived session there).
     pub async fn status_from(&self, id: u64) -> Result<warden_client::ClusterStatus> {
         let addr = self.node(id).client_proxy.to_string();

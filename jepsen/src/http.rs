@@ -1,4 +1,4 @@
-//! A minimal HTTP/1.1 client for the harness: one JSON `POST` per
+//! A minimal HTTP/1.1 client for the harness: one JSON `POST` (or `GET`) per
 //! connection (`Connection: close`), with a bound on the whole exchange.
 //! Enough for the lease lock API, without a dependency; and it tells apart
 //! what the history needs to know: a request that was certainly never sent
@@ -31,18 +31,29 @@ pub enum Reply {
 /// POSTs `body` as JSON to `http://addr{path}`, waiting at most `bound`
 /// for the whole exchange.
 pub async fn post_json(addr: &str, path: &str, body: &Value, bound: Duration) -> Reply {
-    let connected = match tokio::time::timeout(bound, TcpStream::connect(addr)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Reply::NotSent(format!("connect {addr}: {e}")),
-        Err(_) => return Reply::NotSent(format!("connect {addr}: timed out")),
-    };
     let payload = body.to_string();
     let request = format!(
         "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{payload}",
         payload.len()
     );
-    let exchange = async move {
+    exchange(addr, request, bound).await
+}
+
+/// GETs `http://addr{path}`, waiting at most `bound`.
+pub async fn get_json(addr: &str, path: &str, bound: Duration) -> Reply {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    exchange(addr, request, bound).await
+}
+
+/// Sends `request` on a new connection and reads the answer.
+async fn exchange(addr: &str, request: String, bound: Duration) -> Reply {
+    let connected = match tokio::time::timeout(bound, TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Reply::NotSent(format!("connect {addr}: {e}")),
+        Err(_) => return Reply::NotSent(format!("connect {addr}: timed out")),
+    };
+    let talk = async move {
         let mut stream = connected;
         let _ = stream.set_nodelay(true);
         stream
@@ -78,7 +89,7 @@ pub async fn post_json(addr: &str, path: &str, body: &Value, bound: Duration) ->
             Err(e) => Err(format!("garbled answer from {addr}: {e}")),
         }
     };
-    match tokio::time::timeout(bound, exchange).await {
+    match tokio::time::timeout(bound, talk).await {
         Ok(Ok((status, body))) => Reply::Answer { status, body },
         Ok(Err(e)) => Reply::Lost(e),
         Err(_) => Reply::Lost(format!(

@@ -13,6 +13,10 @@ use crate::cluster::{Cluster, ClusterOpts};
 use crate::history::{self, Event, History, Kind};
 use crate::nemesis::{self, Fault, Schedule};
 use crate::workload::{Anomaly, CheckCtx, CheckResult, RunCtx, Validity};
+
+/// How long the healed replicas have to stand at one index for their trees
+/// to be compared (see `convergence`).
+const CONVERGENCE_TIMEOUT: Duration = Duration::from_secs(30);
 use crate::workloads;
 
 /// The workloads `--workload` names.
@@ -261,6 +265,12 @@ pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
     ));
     let ran = opts.workload.run(&ctx, opts.unsafe_client).await;
     let tally = nemesis.await.unwrap_or_default();
+    // The nemesis healed everything: the replicas must hold one tree.
+    let (converged, convergence_seen) = {
+        let c = cluster.lock().await;
+        let members = c.member_http_addrs().await;
+        crate::convergence::check(&members, CONVERGENCE_TIMEOUT).await
+    };
     let crashed = {
         let mut c = cluster.lock().await;
         let crashed = c.crashed();
@@ -285,6 +295,15 @@ pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
             ops: Vec::new(),
             detail: Value::Null,
         });
+    }
+    if let Some((invalid, anomaly)) = crate::convergence::anomaly(&converged, &convergence_seen) {
+        if invalid {
+            result.valid = Validity::Invalid;
+            result.anomalies.push(anomaly);
+        } else {
+            result.valid = result.valid.and(Validity::Unknown);
+            result.notes.push(anomaly);
+        }
     }
     for (id, status) in &crashed {
         result.valid = Validity::Invalid;
@@ -320,6 +339,10 @@ pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
             "injected": tally.started,
             "by_kind": tally.by_kind,
             "errors": tally.errors,
+        },
+        "convergence": match &converged {
+            crate::convergence::Verdict::Converged { zxid, digest } => json!({"converged": true, "zxid": zxid, "digest": digest}),
+            _ => json!({"converged": false, "seen": convergence_seen}),
         },
         "anomalies": result.anomalies,
         "notes": result.notes,
