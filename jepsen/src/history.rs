@@ -330,6 +330,7 @@ pub const FAULTS: &[(&str, &str, &str)] = &[
     ("kill", "kill", "restart"),
     ("pause", "pause", "resume"),
     ("partition", "partition", "heal"),
+    ("client-partition", "client-partition", "client-heal"),
     ("membership", "remove", "add"),
     ("restart-all", "stop-all", "start-all"),
 ];

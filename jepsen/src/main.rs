@@ -88,8 +88,8 @@ struct ClusterArgs {
 struct TestArgs {
     #[arg(long, value_parser = parse_workload)]
     workload: Workload,
-    /// Faults, comma-separated: kill, pause, partition, membership,
-    /// restart-all (or none).
+    /// Faults, comma-separated: kill, pause, partition, client-partition,
+    /// membership, restart-all (or none).
     #[arg(long, default_value = "kill,partition")]
     nemesis: String,
     /// Seconds of load.
@@ -110,6 +110,11 @@ struct TestArgs {
     /// Seconds each fault stays in force.
     #[arg(long, default_value_t = 5.0)]
     fault_duration: f64,
+    /// Run process faults (kill, pause, membership, restart-all) and
+    /// network faults (partition, client-partition) at the same time, in
+    /// two lanes, instead of one fault at a time.
+    #[arg(long)]
+    overlap: bool,
     /// Use the lock workload's deliberately unsafe client (must be caught).
     #[arg(long)]
     unsafe_client: bool,
@@ -172,9 +177,19 @@ fn test_opts(args: TestArgs) -> Result<TestOpts, String> {
     if args.unsafe_resource && args.workload != Workload::LockSet {
         return Err("--unsafe-resource is for --workload lock-set only".into());
     }
+    let faults = nemesis::parse_faults(&args.nemesis)?;
+    if args.overlap
+        && !(faults.iter().any(|f| f.is_network()) && faults.iter().any(|f| !f.is_network()))
+    {
+        return Err(
+            "--overlap needs a process fault (kill, pause, membership, restart-all) \
+                    and a network fault (partition, client-partition) in --nemesis"
+                .into(),
+        );
+    }
     Ok(TestOpts {
         workload: args.workload,
-        faults: nemesis::parse_faults(&args.nemesis)?,
+        faults,
         nodes: c.nodes,
         time_limit: secs(args.time_limit, "--time-limit")?,
         concurrency: args.concurrency,
@@ -183,6 +198,7 @@ fn test_opts(args: TestArgs) -> Result<TestOpts, String> {
         store: c.store,
         interval: secs(args.nemesis_interval, "--nemesis-interval")?,
         fault_duration: secs(args.fault_duration, "--fault-duration")?,
+        overlap: args.overlap,
         session_timeout: Duration::from_millis(c.session_timeout_ms),
         request_timeout: Duration::from_millis(c.request_timeout_ms),
         tick_ms: c.tick_ms,
@@ -275,6 +291,7 @@ async fn selftest_main(args: SelftestArgs) -> i32 {
             store: c.store.join("selftest"),
             interval: Duration::from_secs(5),
             fault_duration: Duration::from_secs(5),
+            overlap: false,
             session_timeout: Duration::from_millis(c.session_timeout_ms),
             request_timeout: Duration::from_millis(c.request_timeout_ms),
             tick_ms: c.tick_ms,

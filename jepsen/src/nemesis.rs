@@ -2,8 +2,15 @@
 //! picks one of the enabled faults (seeded), puts it in force for
 //! `duration`, then ends it. Every action is an operation of the
 //! `nemesis` process in the history: `kill`/`restart`, `pause`/`resume`,
-//! `partition`/`heal`, `remove`/`add` (membership), `stop-all`/`start-all`
-//! (restart-all).
+//! `partition`/`heal` (between nodes), `client-partition`/`client-heal`
+//! (clients cut from some nodes, which still hear each other),
+//! `remove`/`add` (membership), `stop-all`/`start-all` (restart-all).
+//!
+//! With `overlap`, process faults (kill, pause, membership, restart-all)
+//! and network faults (partition, client-partition) run in two lanes at
+//! once, the network lane half an interval behind, so faults of the two
+//! kinds are in force together: a node killed during a partition, a
+//! leader paused while clients are cut from the majority.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -28,16 +35,23 @@ pub enum Fault {
     Partition,
     Membership,
     RestartAll,
+    ClientPartition,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 5] = [
+    pub const ALL: [Fault; 6] = [
         Fault::Kill,
         Fault::Pause,
         Fault::Partition,
         Fault::Membership,
         Fault::RestartAll,
+        Fault::ClientPartition,
     ];
+
+    /// A fault of the network (the overlap's second lane), not of processes.
+    pub fn is_network(self) -> bool {
+        matches!(self, Fault::Partition | Fault::ClientPartition)
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -46,6 +60,7 @@ impl Fault {
             Fault::Partition => "partition",
             Fault::Membership => "membership",
             Fault::RestartAll => "restart-all",
+            Fault::ClientPartition => "client-partition",
         }
     }
 }
@@ -89,6 +104,25 @@ pub struct Schedule {
     pub interval: Duration,
     /// How long each fault stays in force.
     pub duration: Duration,
+    /// Process and network faults in two lanes at once (see the module
+    /// docs).
+    pub overlap: bool,
+}
+
+impl Schedule {
+    /// The lanes: one with every fault, or with `overlap` the process
+    /// faults and the network faults apart.
+    fn lanes(&self) -> Vec<Vec<Fault>> {
+        let (network, process): (Vec<Fault>, Vec<Fault>) =
+            self.faults.iter().partition(|f| f.is_network());
+        if self.overlap && !network.is_empty() && !process.is_empty() {
+            vec![process, network]
+        } else if self.faults.is_empty() {
+            Vec::new()
+        } else {
+            vec![self.faults.clone()]
+        }
+    }
 }
 
 /// What a run's nemesis did, for results.json.
@@ -108,33 +142,34 @@ pub async fn run(
     seed: u64,
     deadline: Instant,
 ) -> Tally {
-    let mut rng = StdRng::seed_from_u64(seed ^ 0x6e656d65_73697321);
+    let lanes = schedule.lanes();
+    let runs = lanes.into_iter().enumerate().map(|(i, faults)| {
+        let rng = StdRng::seed_from_u64(seed ^ 0x6e656d65_73697321 ^ (i as u64) << 32);
+        // The second lane starts half an interval late, so its faults
+        // begin and end while the first lane's are in force.
+        let offset = schedule.interval / 2 * i as u32;
+        lane(
+            cluster.clone(),
+            history.clone(),
+            faults,
+            schedule.clone(),
+            rng,
+            deadline,
+            offset,
+        )
+    });
     let mut tally = Tally::default();
-    let mut removed: Option<u64> = None;
-    if !schedule.faults.is_empty() {
-        loop {
-            if Instant::now() + schedule.interval + schedule.duration > deadline {
-                break;
-            }
-            tokio::time::sleep(schedule.interval).await;
-            let fault = *schedule.faults.choose(&mut rng).expect("faults not empty");
-            tally.started += 1;
-            *tally.by_kind.entry(fault.name().into()).or_default() += 1;
-            let mut c = cluster.lock().await;
-            let undo = start(&mut c, &history, fault, &mut rng, &mut tally).await;
-            drop(c);
-            tokio::time::sleep(schedule.duration).await;
-            let mut c = cluster.lock().await;
-            if !stop(&mut c, &history, undo, &mut tally).await {
-                if let Undo::Membership(id) = undo {
-                    // Retried by the final heal.
-                    removed = Some(id);
-                }
-            }
+    let mut removed = Vec::new();
+    for (t, r) in futures::future::join_all(runs).await {
+        tally.started += t.started;
+        for (k, n) in t.by_kind {
+            *tally.by_kind.entry(k).or_default() += n;
         }
+        tally.errors.extend(t.errors);
+        removed.extend(r);
     }
     let mut c = cluster.lock().await;
-    if let Some(id) = removed {
+    for id in removed {
         stop(&mut c, &history, Undo::Membership(id), &mut tally).await;
     }
     let inv = history.invoke(Process::NEMESIS, "heal-all", Value::Null);
@@ -152,6 +187,44 @@ pub async fn run(
     tally
 }
 
+/// One lane of the schedule: its faults one at a time until `deadline`.
+/// Returns what it did and a member whose re-add failed (for the final
+/// heal to retry).
+async fn lane(
+    cluster: Arc<Mutex<Cluster>>,
+    history: History,
+    faults: Vec<Fault>,
+    schedule: Schedule,
+    mut rng: StdRng,
+    deadline: Instant,
+    offset: Duration,
+) -> (Tally, Option<u64>) {
+    let mut tally = Tally::default();
+    let mut removed = None;
+    tokio::time::sleep(offset).await;
+    loop {
+        if Instant::now() + schedule.interval + schedule.duration > deadline {
+            break;
+        }
+        tokio::time::sleep(schedule.interval).await;
+        let fault = *faults.choose(&mut rng).expect("faults not empty");
+        tally.started += 1;
+        *tally.by_kind.entry(fault.name().into()).or_default() += 1;
+        let mut c = cluster.lock().await;
+        let undo = start(&mut c, &history, fault, &mut rng, &mut tally).await;
+        drop(c);
+        tokio::time::sleep(schedule.duration).await;
+        let mut c = cluster.lock().await;
+        if !stop(&mut c, &history, undo, &mut tally).await {
+            if let Undo::Membership(id) = undo {
+                // Retried by the final heal.
+                removed = Some(id);
+            }
+        }
+    }
+    (tally, removed)
+}
+
 /// How to end a fault.
 #[derive(Debug, Clone, Copy)]
 enum Undo {
@@ -159,6 +232,8 @@ enum Undo {
     Restart(NodeSet),
     Resume(NodeSet),
     Heal,
+    /// Client links to these nodes back to `Pass`.
+    ClientHeal(NodeSet),
     Membership(u64),
     StartAll,
 }
@@ -255,6 +330,41 @@ async fn start(
             history.ok(&inv, value);
             Undo::Heal
         }
+        Fault::ClientPartition => {
+            // Clients lose some nodes, never all: one node, the leader, or
+            // a majority (then only a minority serves them, and it cannot
+            // commit a write without the others, which it still hears).
+            let ids = c.ids();
+            let (how, nodes) = match rng.random_range(0..3) {
+                0 => ("one".to_string(), vec![*ids.choose(rng).expect("nodes")]),
+                1 => match c.leader().await {
+                    Some(l) => ("leader".to_string(), vec![l]),
+                    None => ("one".to_string(), vec![*ids.choose(rng).expect("nodes")]),
+                },
+                _ => {
+                    let mut v = ids.clone();
+                    v.shuffle(rng);
+                    v.truncate((ids.len() / 2 + 1).min(ids.len() - 1).max(1));
+                    v.sort();
+                    ("majority".to_string(), v)
+                }
+            };
+            let mode = if rng.random_bool(0.5) {
+                Mode::Drop
+            } else {
+                Mode::BlackHole
+            };
+            let value =
+                json!({"targets": how, "nodes": nodes, "mode": mode, "majority_kept": true});
+            let inv = history.invoke(Process::NEMESIS, "client-partition", value.clone());
+            let links: Vec<_> = nodes
+                .iter()
+                .map(|&id| (crate::proxy::Endpoint::Client, id))
+                .collect();
+            c.net.set(&links, mode);
+            history.ok(&inv, value);
+            Undo::ClientHeal(NodeSet::of(&nodes))
+        }
         Fault::Membership => {
             let ids = c.ids();
             let id = *ids.choose(rng).expect("nodes");
@@ -292,6 +402,7 @@ async fn stop(c: &mut Cluster, history: &History, undo: Undo, tally: &mut Tally)
         Undo::Restart(s) => ("restart", json!({"nodes": s.ids()})),
         Undo::Resume(s) => ("resume", json!({"nodes": s.ids()})),
         Undo::Heal => ("heal", Value::Null),
+        Undo::ClientHeal(s) => ("client-heal", json!({"nodes": s.ids()})),
         Undo::Membership(id) => ("add", json!({"node": id})),
         Undo::StartAll => ("start-all", json!({"nodes": c.ids()})),
     };
@@ -312,7 +423,25 @@ async fn stop(c: &mut Cluster, history: &History, undo: Undo, tally: &mut Tally)
             Ok(())
         }
         Undo::Heal => {
-            c.net.heal();
+            // The node-to-node links only: a client partition of the other
+            // lane stays in force.
+            let links: Vec<_> = c
+                .net
+                .faults()
+                .into_iter()
+                .map(|(link, _)| link)
+                .filter(|(from, _)| matches!(from, crate::proxy::Endpoint::Node(_)))
+                .collect();
+            c.net.set(&links, Mode::Pass);
+            Ok(())
+        }
+        Undo::ClientHeal(s) => {
+            let links: Vec<_> = s
+                .ids()
+                .into_iter()
+                .map(|id| (crate::proxy::Endpoint::Client, id))
+                .collect();
+            c.net.set(&links, Mode::Pass);
             Ok(())
         }
         Undo::Membership(id) => c.add_member(id).await,
@@ -445,6 +574,33 @@ mod tests {
         );
         assert!(bridge.contains(&(1, 2)) && bridge.contains(&(4, 5)));
         assert!(!bridge.contains(&(1, 5)));
+    }
+
+    #[test]
+    fn overlap_splits_process_and_network_faults_into_two_lanes() {
+        let s = |faults: &str, overlap| Schedule {
+            faults: parse_faults(faults).unwrap(),
+            interval: Duration::from_secs(1),
+            duration: Duration::from_secs(1),
+            overlap,
+        };
+        assert_eq!(
+            s("kill,partition,pause,client-partition", true).lanes(),
+            vec![
+                vec![Fault::Kill, Fault::Pause],
+                vec![Fault::Partition, Fault::ClientPartition]
+            ]
+        );
+        assert_eq!(
+            s("kill,partition", false).lanes(),
+            vec![vec![Fault::Kill, Fault::Partition]]
+        );
+        // Nothing to overlap with: one lane.
+        assert_eq!(
+            s("kill,pause", true).lanes(),
+            vec![vec![Fault::Kill, Fault::Pause]]
+        );
+        assert!(s("none", true).lanes().is_empty());
     }
 
     #[test]

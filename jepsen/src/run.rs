@@ -137,6 +137,8 @@ pub struct TestOpts {
     pub store: PathBuf,
     pub interval: Duration,
     pub fault_duration: Duration,
+    /// Process and network faults at once (`--overlap`).
+    pub overlap: bool,
     pub session_timeout: Duration,
     pub request_timeout: Duration,
     pub tick_ms: u64,
@@ -154,7 +156,7 @@ impl TestOpts {
         format!(
             "warden-jepsen test --workload {} --nemesis {} --nodes {} --time-limit {} \
              --concurrency {} --rate {} --seed {} --nemesis-interval {} --fault-duration {} \
-             --session-timeout-ms {} --request-timeout-ms {} --tick-ms {} --snapshot-entries {}{}",
+             --session-timeout-ms {} --request-timeout-ms {} --tick-ms {} --snapshot-entries {}{}{}",
             self.workload.name(),
             if faults.is_empty() {
                 "none".to_string()
@@ -172,6 +174,7 @@ impl TestOpts {
             self.request_timeout.as_millis(),
             self.tick_ms,
             self.snapshot_entries,
+            if self.overlap { " --overlap" } else { "" },
             match (self.unsafe_client, self.workload) {
                 (false, _) => "",
                 (true, Workload::LockSet) => " --unsafe-resource",
@@ -259,6 +262,7 @@ pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
             faults: opts.faults.clone(),
             interval: opts.interval,
             duration: opts.fault_duration,
+            overlap: opts.overlap,
         },
         opts.seed,
         deadline,

@@ -88,6 +88,11 @@ fn short_run(workload: &str) {
     let results: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
     assert_eq!(results["valid"], serde_json::Value::Bool(true));
+    assert_eq!(
+        results["convergence"]["converged"],
+        serde_json::Value::Bool(true),
+        "{workload}: replicas not compared equal after the heal"
+    );
     assert!(
         results["ops"]["ok"].as_u64().unwrap() > 0,
         "{workload}: no op succeeded"
@@ -167,9 +172,14 @@ fn run_under(workload: &str, nemesis: &str, extra: &[&str]) -> (i32, String, ser
     (code, out, results)
 }
 
+/// Process and network faults at once (`--overlap`), client links cut too.
 #[test]
-fn lock_set_under_kill_partition_and_pause() {
-    let (code, out, r) = run_under("lock-set", "kill,partition,pause", &[]);
+fn lock_set_under_overlapping_kill_pause_and_partitions() {
+    let (code, out, r) = run_under(
+        "lock-set",
+        "kill,pause,partition,client-partition",
+        &["--overlap"],
+    );
     assert_eq!(code, 0, "lock-set run not valid:\n{out}");
     assert!(
         r["faults"]["injected"].as_u64().unwrap() > 0,
@@ -197,8 +207,12 @@ fn lock_set_with_an_unfenced_resource_is_invalid() {
 }
 
 #[test]
-fn session_order_under_kill_partition_and_pause() {
-    let (code, out, r) = run_under("session-order", "kill,partition,pause", &[]);
+fn session_order_under_overlapping_kill_pause_and_partitions() {
+    let (code, out, r) = run_under(
+        "session-order",
+        "kill,pause,partition,client-partition",
+        &["--overlap"],
+    );
     assert_eq!(code, 0, "session-order run not valid:\n{out}");
     assert!(
         r["faults"]["injected"].as_u64().unwrap() > 0,
