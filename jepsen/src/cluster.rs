@@ -37,6 +37,9 @@ pub struct ClusterOpts {
     pub tick_ms: u64,
     /// `--snapshot-entries` (small values exercise snapshot transfer).
     pub snapshot_entries: u64,
+    /// Start the servers in a known-bad mode (`--unsafe-skip-read-index`),
+    /// for the selftest.
+    pub unsafe_server: bool,
 }
 
 /// One node: its ports and its process.
@@ -218,6 +221,9 @@ impl Cluster {
             .stderr(log);
         if node.joined {
             cmd.arg("--join");
+        }
+        if opts.unsafe_server {
+            cmd.arg("--unsafe-skip-read-index");
         }
         let child = cmd.spawn().map_err(|e| ClusterError::Node {
             id,

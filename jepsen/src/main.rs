@@ -115,6 +115,11 @@ struct TestArgs {
     /// two lanes, instead of one fault at a time.
     #[arg(long)]
     overlap: bool,
+    /// Start the servers in a known-bad mode: linearizable reads served
+    /// without ReadIndex (stale on a partitioned or lagging server; must
+    /// be caught).
+    #[arg(long)]
+    unsafe_server: bool,
     /// Use the lock workload's deliberately unsafe client (must be caught).
     #[arg(long)]
     unsafe_client: bool,
@@ -205,6 +210,7 @@ fn test_opts(args: TestArgs) -> Result<TestOpts, String> {
         snapshot_entries: c.snapshot_entries,
         bin: warden_bin(c.bin)?,
         unsafe_client: args.unsafe_client || args.unsafe_resource,
+        unsafe_server: args.unsafe_server,
     })
 }
 
@@ -298,6 +304,7 @@ async fn selftest_main(args: SelftestArgs) -> i32 {
             snapshot_entries: c.snapshot_entries,
             bin: warden_bin(c.bin)?,
             unsafe_client: true,
+            unsafe_server: false,
         })
     })() {
         Ok(o) => o,
@@ -307,6 +314,7 @@ async fn selftest_main(args: SelftestArgs) -> i32 {
         }
     };
     cases.push(selftest::unsafe_lock_case(&opts).await);
+    cases.push(selftest::unsafe_server_case(&opts).await);
     let mut missed = 0;
     for case in &cases {
         let mark = if case.caught { "caught" } else { "MISSED" };

@@ -147,6 +147,9 @@ pub struct TestOpts {
     /// The lock workload's deliberately unsafe client (selftest), or the
     /// lock-set workload's unfenced resource (`--unsafe-resource`).
     pub unsafe_client: bool,
+    /// Servers in a known-bad mode (`--unsafe-server`: linearizable reads
+    /// without ReadIndex), for the selftest.
+    pub unsafe_server: bool,
 }
 
 impl TestOpts {
@@ -156,7 +159,7 @@ impl TestOpts {
         format!(
             "warden-jepsen test --workload {} --nemesis {} --nodes {} --time-limit {} \
              --concurrency {} --rate {} --seed {} --nemesis-interval {} --fault-duration {} \
-             --session-timeout-ms {} --request-timeout-ms {} --tick-ms {} --snapshot-entries {}{}{}",
+             --session-timeout-ms {} --request-timeout-ms {} --tick-ms {} --snapshot-entries {}{}{}{}",
             self.workload.name(),
             if faults.is_empty() {
                 "none".to_string()
@@ -175,6 +178,11 @@ impl TestOpts {
             self.tick_ms,
             self.snapshot_entries,
             if self.overlap { " --overlap" } else { "" },
+            if self.unsafe_server {
+                " --unsafe-server"
+            } else {
+                ""
+            },
             match (self.unsafe_client, self.workload) {
                 (false, _) => "",
                 (true, Workload::LockSet) => " --unsafe-resource",
@@ -233,6 +241,7 @@ pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
         dir: dir.join("nodes"),
         tick_ms: opts.tick_ms,
         snapshot_entries: opts.snapshot_entries,
+        unsafe_server: opts.unsafe_server,
     })
     .await
     .map_err(|e| format!("cannot start the cluster: {e}"))?;

@@ -1,7 +1,9 @@
 //! `warden-jepsen selftest`: proof that the suite can fail. Every checker is
-//! fed its workload's histories with planted anomalies, and the lock
-//! workload runs against a real cluster with a deliberately unsafe client;
-//! each must be judged invalid.
+//! fed its workload's histories with planted anomalies, the lock workload
+//! runs against a real cluster with a deliberately unsafe client, and the
+//! register workload against servers in a known-bad mode (linearizable
+//! reads without ReadIndex) under partitions; each must be judged invalid.
+//! The last shows the suite catches server bugs, not only client ones.
 
 use crate::run::{self, TestOpts, Workload};
 use crate::workload::{CheckCtx, Validity};
@@ -62,6 +64,43 @@ pub async fn unsafe_lock_case(opts: &TestOpts) -> Case {
         },
         Err(e) => Case {
             name: "lock: unsafe client on a real cluster".into(),
+            caught: false,
+            detail: format!("could not run: {e}"),
+        },
+    }
+}
+
+/// The register workload against servers that skip ReadIndex, under
+/// partitions: a server cut off from the majority answers "linearizable"
+/// reads from its stale tree, which the linearizability checker must find.
+pub async fn unsafe_server_case(opts: &TestOpts) -> Case {
+    let mut opts = opts.clone();
+    opts.workload = Workload::Register;
+    opts.unsafe_client = false;
+    opts.unsafe_server = true;
+    opts.faults = vec![crate::nemesis::Fault::Partition];
+    opts.concurrency = 10;
+    opts.rate = 400.0;
+    // A write stuck on the cut-off server gives up soon, so its client
+    // goes on to read there (each client runs one operation at a time).
+    opts.request_timeout = std::time::Duration::from_secs(1);
+    opts.time_limit = opts.time_limit.max(std::time::Duration::from_secs(20));
+    opts.interval = std::time::Duration::from_secs(2);
+    opts.fault_duration = std::time::Duration::from_secs(4);
+    let name = "register: servers skipping ReadIndex, under partitions".to_string();
+    match run::test(&opts).await {
+        Ok(o) => Case {
+            name,
+            caught: o.valid == Validity::Invalid,
+            detail: format!(
+                "valid: {:?}, anomalies: {} ({})",
+                o.valid,
+                o.results["anomalies"].as_array().map(Vec::len).unwrap_or(0),
+                o.dir.display()
+            ),
+        },
+        Err(e) => Case {
+            name,
             caught: false,
             detail: format!("could not run: {e}"),
         },

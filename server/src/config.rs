@@ -97,6 +97,12 @@ pub struct ServeArgs {
         env = "WARDEN_CLOCK_OFFSET_MS"
     )]
     pub clock_offset_ms: i64,
+    /// KNOWN-BAD, for the Jepsen selftest only: answer linearizable reads
+    /// and `sync` from this server's own tree, without ReadIndex, so a
+    /// partitioned or lagging server serves stale data. The suite must
+    /// catch it.
+    #[arg(long, hide = true, env = "WARDEN_UNSAFE_SKIP_READ_INDEX")]
+    pub unsafe_skip_read_index: bool,
     /// This server's certificate chain (PEM). With --tls-key, the client,
     /// ZooKeeper and HTTP ports speak TLS only.
     #[arg(long, value_name = "FILE", env = "WARDEN_TLS_CERT")]
@@ -202,6 +208,8 @@ pub struct Config {
     pub snapshot_bytes: u64,
     pub max_log_bytes: u64,
     pub clock_offset_ms: i64,
+    /// Known-bad: linearizable reads without ReadIndex (selftest only).
+    pub unsafe_skip_read_index: bool,
     /// TLS for the doors and the peer links; `None`: plaintext everywhere.
     pub tls: Option<crate::tls::Tls>,
     pub limits: Limits,
@@ -321,6 +329,7 @@ impl ServeArgs {
             snapshot_bytes: self.snapshot_bytes.max(1),
             max_log_bytes: self.max_log_bytes,
             clock_offset_ms: self.clock_offset_ms,
+            unsafe_skip_read_index: self.unsafe_skip_read_index,
             tls,
             limits,
             auth,

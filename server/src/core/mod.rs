@@ -307,6 +307,9 @@ impl Core {
             transport.add_peer(*id, addr);
         }
         proposals::set_clock_offset_ms(cfg.clock_offset_ms);
+        if cfg.unsafe_skip_read_index {
+            warn!("--unsafe-skip-read-index: linearizable reads are served without ReadIndex and may be stale; a known-bad mode for testing the test suite only");
+        }
         let clients = Clients::new(cfg.limits, op_metrics.clone());
         Ok(Self {
             raft,

@@ -223,7 +223,9 @@ impl Core {
                 self.conf_change_slot(conn, xid, ConfChangeType::RemoveNode, r.id, String::new())
             }
             Plan::Read { op, linearizable } => {
-                let read_index = if linearizable {
+                // `--unsafe-skip-read-index` (selftest only) answers from the
+                // local tree: a known-bad mode the Jepsen suite must catch.
+                let read_index = if linearizable && !self.m.cfg.unsafe_skip_read_index {
                     let ctx = self.m.proposals.next_id();
                     self.m.clients.await_read_index(ctx, conn);
                     self.raft.read_index(ctx.to_be_bytes().to_vec());
