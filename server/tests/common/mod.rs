@@ -3,3 +3,4 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod push;
