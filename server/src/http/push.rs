@@ -339,7 +339,26 @@ pub(crate) fn messages(key: WaitKey, attached: Attached) -> impl Stream<Item = V
     let telling = Telling {
         queued: queued_message(&key, &attached),
         states: attached.states.clone(),
-        _attached: attached,
+        _attached: Some(attached),
+        key,
+        pending: VecDeque::new(),
+        said_queued: false,
+        done: false,
+    };
+    futures::stream::unfold(telling, |mut t| async move {
+        let next = t.next().await?;
+        Some((next, t))
+    })
+}
+
+/// [`messages`], the attachment staying with the caller (a WebSocket's
+/// state, so that closing the socket detaches at once, not whenever the
+/// task running this stream is dropped).
+pub(crate) fn messages_of(key: WaitKey, attached: &Attached) -> impl Stream<Item = Value> {
+    let telling = Telling {
+        queued: queued_message(&key, attached),
+        states: attached.states.clone(),
+        _attached: None,
         key,
         pending: VecDeque::new(),
         said_queued: false,
@@ -352,7 +371,7 @@ pub(crate) fn messages(key: WaitKey, attached: Attached) -> impl Stream<Item = V
 }
 
 struct Telling {
-    _attached: Attached,
+    _attached: Option<Attached>,
     states: watch::Receiver<WaitState>,
     key: WaitKey,
     queued: Value,

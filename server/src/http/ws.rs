@@ -31,7 +31,7 @@ use warden_recipes::LeaseLock;
 
 use super::contract::{self, Contract};
 use super::locks::{bad, check_client_id, check_name, check_ttl_ms, refusal};
-use super::push::{error_message, field_u64, parse_ask, WaitKey};
+use super::push::{error_message, field_u64, parse_ask, Attached, WaitKey};
 use super::{ApiError, Http};
 
 /// Messages queued for a slow client before the socket's readers wait.
@@ -125,15 +125,17 @@ struct Conn {
     out: mpsc::Sender<Value>,
     /// The `client_id` of the socket's last acquire.
     client_id: Option<String>,
-    /// The wait's key and the task telling its messages.
-    wait: Option<(WaitKey, JoinHandle<()>)>,
+    /// The wait's key, the socket's attachment to it (dropped with the
+    /// socket: the wait's grace starts then) and the task telling its
+    /// messages.
+    wait: Option<(WaitKey, Attached, JoinHandle<()>)>,
     watch: Option<JoinHandle<()>>,
 }
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        // Dropping a task's stream detaches it (the wait's grace starts).
-        if let Some((_, task)) = &self.wait {
+        // The attachment drops with `self`: the wait's grace starts now.
+        if let Some((_, _, task)) = &self.wait {
             task.abort();
         }
         if let Some(task) = &self.watch {
@@ -185,7 +187,7 @@ impl Conn {
     }
 
     fn acquire(&mut self, body: &Map<String, Value>) -> Result<(), ApiError> {
-        if self.wait.as_ref().is_some_and(|(_, t)| !t.is_finished()) {
+        if self.wait.as_ref().is_some_and(|(_, _, t)| !t.is_finished()) {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
                 "an acquire is already waiting on this socket: cancel it first",
@@ -210,19 +212,21 @@ impl Conn {
             .push
             .attach(&self.http, self.lock.clone(), key.clone(), ask)?;
         let task = forward(
-            super::push::messages(key.clone(), attached),
+            super::push::messages_of(key.clone(), &attached),
             self.out.clone(),
         );
         self.client_id = Some(client_id);
-        self.wait = Some((key, task));
+        self.wait = Some((key, attached, task));
         Ok(())
     }
 
     fn cancel(&mut self) -> Value {
         let had = match self.wait.take() {
-            Some((key, task)) => {
+            Some((key, attached, task)) => {
                 task.abort();
-                self.http.push.cancel(&key)
+                let had = self.http.push.cancel(&key);
+                drop(attached);
+                had
             }
             None => false,
         };
