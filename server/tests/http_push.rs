@@ -179,6 +179,28 @@ fn a_waiter_keeps_its_place_across_a_reconnect() {
 }
 
 #[test]
+fn a_grant_made_while_away_is_answered_on_reconnect() {
+    let server = Server::start();
+    let http = server.http_addr();
+    let a = acquire(http, "away", "a");
+    let mut b = ws_wait(http, "away", "b", json!({"grace_ms": 300000}));
+    check_queued(&ws_next(&mut b), "away", "b", false);
+    ws_close(b);
+    // Granted while B is away, within its grace period.
+    release(http, "away", "a", a);
+    wait_until(Duration::from_secs(30), "B granted while away", || {
+        holder(http, "away").is_some_and(|h| h.0 == "b")
+    });
+    let (_, state) = get_json(http, "/api/v1/locks/away");
+    let token = state["holder"]["fencing_token"].as_u64().unwrap();
+    // B comes back: the grant ended that wait, so this is a new one, and
+    // the recipe's acquire answers the grant B holds, same token.
+    let mut b = sse_wait(http, "away", "b", "");
+    check_queued(&b.expect().data, "away", "b", false);
+    assert_eq!(check_granted(&b.expect().data, "away", "b"), token);
+}
+
+#[test]
 fn past_the_grace_period_the_place_is_given_up() {
     let server = Server::start();
     let http = server.http_addr();
@@ -422,10 +444,51 @@ fn bad_input_gets_a_clear_error() {
     acquire(http, "jobs", "z");
 }
 
+/// Pinned validators, as `seed_contracts.rs` pins them (one venv).
+const OPENAPI_SPEC_VALIDATOR: &str = "openapi-spec-validator==0.9.0";
+const OPENAPI_SCHEMA_VALIDATOR: &str = "openapi-schema-validator==0.9.0";
+
+/// Holds push messages, (schema name, message), against the served
+/// OpenAPI document (`tests/openapi/check_answers.py`, which validates the
+/// document too).
+fn hold_against_openapi(http: &str, messages: &[(&str, Value)]) {
+    let venv = warden_testkit::python::venv(
+        "openapi-venv",
+        &[OPENAPI_SPEC_VALIDATOR, OPENAPI_SCHEMA_VALIDATOR],
+    );
+    let (status, doc) = request(http, "GET", "/api/v1/openapi.json", None);
+    assert_eq!(status, 200, "{doc}");
+    let dir = tempfile::tempdir().unwrap();
+    let doc_path = dir.path().join("openapi.json");
+    let answers_path = dir.path().join("answers.json");
+    std::fs::write(&doc_path, doc).unwrap();
+    let answers: Vec<Value> = messages
+        .iter()
+        .map(|(schema, body)| json!({"schema": schema, "body": body}))
+        .collect();
+    std::fs::write(&answers_path, Value::from(answers).to_string()).unwrap();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/openapi/check_answers.py");
+    let out = std::process::Command::new(venv.join("bin/python"))
+        .arg(script)
+        .arg(&doc_path)
+        .arg(&answers_path)
+        .output()
+        .expect("run check_answers.py");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "push messages against the OpenAPI document:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.trim(), format!("ok: {} answers", messages.len()));
+}
+
 #[test]
-fn the_openapi_document_lists_the_push_endpoints() {
+fn push_messages_match_the_openapi_document() {
     let server = Server::start();
-    let (st, doc) = get_json(server.http_addr(), "/api/v1/openapi.json");
+    let http = server.http_addr();
+    let (st, doc) = get_json(http, "/api/v1/openapi.json");
     assert_eq!(st, 200);
     for path in [
         "/api/v1/locks/{name}/acquire/events",
@@ -436,10 +499,47 @@ fn the_openapi_document_lists_the_push_endpoints() {
         assert!(op.is_object(), "{path} is not documented");
         assert!(op["responses"]["400"].is_object(), "{path}: no 400");
     }
-    for schema in ["PushQueued", "PushGranted", "PushError", "HolderEvent"] {
-        assert!(
-            doc["components"]["schemas"][schema].is_object(),
-            "no schema {schema}"
-        );
-    }
+
+    let mut messages: Vec<(&str, Value)> = Vec::new();
+    let mut watch = sse(http, "/api/v1/locks/doc/watch", &[]).expect("a watch");
+    let free = watch.expect().data;
+    let a = acquire(http, "doc", "a");
+    let mut b = sse_wait(http, "doc", "b", "");
+    let queued = b.expect().data;
+    let mut c = ws_wait(http, "doc", "c", json!({"grace_ms": 0}));
+    messages.push(("PushQueued", ws_next(&mut c)));
+    ws_send(&mut c, json!({"op": "cancel"}));
+    messages.push(("PushCancelled", ws_next(&mut c)));
+    ws_send(
+        &mut c,
+        json!({"op": "release", "client_id": "c", "fencing_token": a}),
+    );
+    messages.push(("PushError", ws_next(&mut c)));
+    release(http, "doc", "a", a);
+    let granted = b.expect().data;
+    let tb = granted["fencing_token"].as_u64().unwrap();
+    ws_send(
+        &mut c,
+        json!({"op": "renew", "client_id": "b", "fencing_token": tb, "ttl_ms": 5000}),
+    );
+    messages.push(("PushRenewed", ws_next(&mut c)));
+    ws_send(
+        &mut c,
+        json!({"op": "release", "client_id": "b", "fencing_token": tb}),
+    );
+    messages.push(("PushReleased", ws_next(&mut c)));
+    let mut last = free["version"].as_u64().unwrap();
+    let held = until_holder(&mut watch, &mut last, Some("b"));
+    let freed = until_holder(&mut watch, &mut last, None);
+    let mut replay = sse(http, "/api/v1/locks/doc/watch?from_version=1", &[]).expect("a watch");
+    messages.push(("HolderEvent", replay.expect().data));
+    messages.extend([
+        ("HolderEvent", free),
+        ("HolderEvent", held),
+        ("HolderEvent", freed),
+        ("PushQueued", queued),
+        ("PushGranted", granted),
+    ]);
+    ws_close(c);
+    hold_against_openapi(http, &messages);
 }
