@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::http::{get_json, post, request};
 use common::push::{sse, ws, ws_close, ws_next, ws_send, Sse};
 use serde_json::{json, Value};
-use warden_testkit::{wait_until, Server};
+use warden_testkit::{wait_until, Cluster, Server};
 
 /// The fields of every grant (the acquire's 200 answer), plus `type`.
 const GRANTED_FIELDS: &[&str] = &[
@@ -224,6 +224,39 @@ fn past_the_grace_period_the_place_is_given_up() {
     assert_eq!(ws_next(&mut c)["type"], "released");
     check_granted(&b.expect().data, "grace", "b");
     ws_close(c);
+}
+
+#[test]
+fn push_works_through_any_server() {
+    let cluster = Cluster::start(3);
+    let ids = cluster.node_ids();
+    for &i in &ids {
+        wait_until(Duration::from_secs(20), "every server healthy", || {
+            get_json(cluster.http_addr(i), "/health").0 == 200
+        });
+    }
+    let (one, two, three) = (
+        cluster.http_addr(ids[0]),
+        cluster.http_addr(ids[1]),
+        cluster.http_addr(ids[2]),
+    );
+    let a = acquire(one, "spread", "a");
+    let mut watch = sse(three, "/api/v1/locks/spread/watch", &[]).expect("a watch");
+    let mut last = 0;
+    until_holder(&mut watch, &mut last, Some("a"));
+    let mut b = sse_wait(two, "spread", "b", "");
+    check_queued(&b.expect().data, "spread", "b", false);
+    // Linearizable through any server: the waiter is counted everywhere.
+    for http in [one, two, three] {
+        assert_eq!(holder(http, "spread"), Some(("a".to_string(), 1)));
+    }
+    release(one, "spread", "a", a);
+    let tb = check_granted(&b.expect().data, "spread", "b");
+    let seen = until_holder(&mut watch, &mut last, Some("b"));
+    assert_eq!(seen["fencing_token"], tb);
+    for http in [one, two, three] {
+        assert_eq!(holder(http, "spread"), Some(("b".to_string(), 0)));
+    }
 }
 
 /// Reads holder events until one shows `want` (a client id, or `None` for
