@@ -60,6 +60,14 @@
 //! that run at once share its place; the first to give up (timeout,
 //! cancellation) removes it, and the other queues again at the back.
 //!
+//! # Reading and watching the holder
+//!
+//! [`LeaseLock::state`] is a plain read, [`LeaseLock::state_synced`] a
+//! linearizable one (sync, then read). [`LeaseLock::view`] adds a version
+//! (a zxid, see [`LeaseView`]), and [`LeaseLock::watch`] yields the holder
+//! as each change of holder, token or expiry lands (`lease/watch.rs`).
+//! [`LeaseLock::acquire_notified`] tells its caller when it is in line.
+//!
 //! # TTL granularity
 //!
 //! The server checks TTL nodes periodically (every 5 ticks: 500 ms at the
