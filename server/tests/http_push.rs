@@ -539,10 +539,16 @@ fn push_messages_match_the_openapi_document() {
     let a = acquire(http, "doc", "a");
     let mut b = sse_wait(http, "doc", "b", "");
     let queued = b.expect().data;
-    let mut c = ws_wait(http, "doc", "c", json!({"grace_ms": 0}));
+    let mut c = ws_wait(http, "doc", "c", json!({"grace_ms": 300000}));
     messages.push(("PushQueued", ws_next(&mut c)));
     ws_send(&mut c, json!({"op": "cancel"}));
-    messages.push(("PushCancelled", ws_next(&mut c)));
+    let cancelled = ws_next(&mut c);
+    assert_eq!(cancelled["had_wait"], true, "{cancelled}");
+    messages.push(("PushCancelled", cancelled));
+    // C's place is given up at once: only B waits.
+    wait_until(Duration::from_secs(30), "C's place given up", || {
+        holder(http, "doc") == Some(("a".to_string(), 1))
+    });
     ws_send(
         &mut c,
         json!({"op": "release", "client_id": "c", "fencing_token": a}),
