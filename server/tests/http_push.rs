@@ -477,44 +477,14 @@ fn bad_input_gets_a_clear_error() {
     acquire(http, "jobs", "z");
 }
 
-/// Pinned validators, as `seed_contracts.rs` pins them (one venv).
-const OPENAPI_SPEC_VALIDATOR: &str = "openapi-spec-validator==0.9.0";
-const OPENAPI_SCHEMA_VALIDATOR: &str = "openapi-schema-validator==0.9.0";
-
 /// Holds push messages, (schema name, message), against the served
-/// OpenAPI document (`tests/openapi/check_answers.py`, which validates the
-/// document too).
+/// OpenAPI document.
 fn hold_against_openapi(http: &str, messages: &[(&str, Value)]) {
-    let venv = warden_testkit::python::venv(
-        "openapi-venv",
-        &[OPENAPI_SPEC_VALIDATOR, OPENAPI_SCHEMA_VALIDATOR],
-    );
-    let (status, doc) = request(http, "GET", "/api/v1/openapi.json", None);
-    assert_eq!(status, 200, "{doc}");
-    let dir = tempfile::tempdir().unwrap();
-    let doc_path = dir.path().join("openapi.json");
-    let answers_path = dir.path().join("answers.json");
-    std::fs::write(&doc_path, doc).unwrap();
-    let answers: Vec<Value> = messages
+    let answers = messages
         .iter()
         .map(|(schema, body)| json!({"schema": schema, "body": body}))
         .collect();
-    std::fs::write(&answers_path, Value::from(answers).to_string()).unwrap();
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/openapi/check_answers.py");
-    let out = std::process::Command::new(venv.join("bin/python"))
-        .arg(script)
-        .arg(&doc_path)
-        .arg(&answers_path)
-        .output()
-        .expect("run check_answers.py");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "push messages against the OpenAPI document:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(stdout.trim(), format!("ok: {} answers", messages.len()));
+    common::openapi::hold(http, answers);
 }
 
 #[test]
