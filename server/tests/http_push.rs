@@ -377,12 +377,15 @@ fn the_watch_shows_each_holder_change_and_resumes_from_a_version() {
     .expect("a watch");
     assert_eq!(by_id.expect().data["kind"], "replayed");
 
-    // Older than the history: the current state, said to be a reset.
-    let mut reset = sse(http, "/api/v1/locks/w/watch?from_version=1", &[]).expect("a watch");
-    let e = reset.expect();
-    assert_eq!(e.data["kind"], "reset", "{:?}", e);
-    assert_eq!(e.data["client_id"], "c", "{:?}", e);
-    assert_eq!(e.data["fencing_token"], tc, "{:?}", e);
+    // Older than the history, or newer than anything seen: the current
+    // state, said to be a reset.
+    for from in [1, u64::MAX] {
+        let path = format!("/api/v1/locks/w/watch?from_version={from}");
+        let e = sse(http, &path, &[]).expect("a watch").expect();
+        assert_eq!(e.data["kind"], "reset", "{:?}", e);
+        assert_eq!(e.data["client_id"], "c", "{:?}", e);
+        assert_eq!(e.data["fencing_token"], tc, "{:?}", e);
+    }
     ws_close(socket);
 }
 

@@ -23,7 +23,8 @@
 //!   reaches back to N (its oldest entry is at or before N);
 //! - otherwise gets the current state, `kind: "reset"`: changes between N
 //!   and it may be missing (the hub is younger than N's change, or N fell
-//!   out of the history);
+//!   out of the history; or N is newer than anything this server has
+//!   seen);
 //!
 //! and then live changes (`kind: "change"`). Without `from_version` the
 //! first event is the current state, `kind: "current"`. Versions rise
@@ -326,7 +327,10 @@ impl Watching {
         };
         match self.from_version {
             None => self.push(&current, "current"),
-            Some(from) if history[0].version <= from => {
+            // Covered: the history reaches back to `from`, and `from` is
+            // no newer than what this server has seen (a version from the
+            // future would silence the stream: it gets a reset instead).
+            Some(from) if history[0].version <= from && from <= current.version => {
                 for view in history.iter().filter(|v| v.version > from) {
                     self.push(view, "replayed");
                 }
