@@ -60,6 +60,14 @@
 //! that run at once share its place; the first to give up (timeout,
 //! cancellation) removes it, and the other queues again at the back.
 //!
+//! # Reading and watching the holder
+//!
+//! [`LeaseLock::state`] is a plain read, [`LeaseLock::state_synced`] a
+//! linearizable one (sync, then read). [`LeaseLock::view`] adds a version
+//! (a zxid, see [`LeaseView`]), and [`LeaseLock::watch`] yields the holder
+//! as each change of holder, token or expiry lands (`lease/watch.rs`).
+//! [`LeaseLock::acquire_notified`] tells its caller when it is in line.
+//!
 //! # TTL granularity
 //!
 //! The server checks TTL nodes periodically (every 5 ticks: 500 ms at the
@@ -80,6 +88,9 @@ use crate::error::{Error, Result};
 use crate::queue::{
     join_path, retrying, Entry, Lifetime, Outcome, Parents, Queue, Turn, Wait, WaitOptions,
 };
+
+mod watch;
+pub use watch::LeaseWatch;
 
 /// Prefix of a lease's queue nodes (the client id's key and the sequence
 /// follow).
@@ -109,6 +120,40 @@ pub struct LeaseState {
     pub holder: Lease,
     /// Queued acquires behind the holder.
     pub waiters: usize,
+}
+
+/// A lease's holder as of a version: what [`LeaseLock::view`] reads and
+/// [`LeaseWatch`] yields.
+///
+/// `version` is a zxid: at or after the last change that made this
+/// holder (grant, renewal, release, lapse) and before the next one, so
+/// the versions of successive holder states rise strictly. It is the
+/// larger of the queue's `pzxid` (its last child created or deleted) and
+/// the holder node's `mzxid` (its last write); for a lease without a
+/// queue node, the root's `pzxid` (at or after the queue's removal).
+/// Waiters joining or leaving may move it without a holder change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseView {
+    /// `None` when the lease is free.
+    pub holder: Option<Lease>,
+    /// Queued acquires behind the holder.
+    pub waiters: usize,
+    pub version: u64,
+}
+
+impl LeaseView {
+    fn free(version: u64) -> Self {
+        LeaseView {
+            holder: None,
+            waiters: 0,
+            version,
+        }
+    }
+
+    /// Same holder, token and expiry (waiters and version aside).
+    pub fn same_holder(&self, other: &LeaseView) -> bool {
+        self.holder == other.holder
+    }
 }
 
 /// Lease locks under one root path (e.g. `/leases`).
@@ -154,7 +199,25 @@ impl LeaseLock {
         ttl: Duration,
         wait_timeout: Duration,
     ) -> Result<Option<Lease>> {
+        self.acquire_notified(name, client_id, ttl, wait_timeout, || {})
+            .await
+    }
+
+    /// [`acquire`](Self::acquire), calling `queued` once the caller's node
+    /// is in the queue (made, or found from an earlier acquire of the same
+    /// client id), before waiting for the turn: from then on a later
+    /// acquire by another client id queues behind it. The HTTP door's push
+    /// waits tell their callers `queued` on it.
+    pub async fn acquire_notified(
+        &self,
+        name: &str,
+        client_id: &str,
+        ttl: Duration,
+        wait_timeout: Duration,
+        queued: impl FnOnce() + Send,
+    ) -> Result<Option<Lease>> {
         let ttl_ms = check_args(name, ttl)?;
+        let mut queued = Some(queued);
         let deadline = Instant::now() + wait_timeout;
         let wait = Wait::Until(deadline);
         let queue = self.queue(name);
@@ -165,6 +228,9 @@ impl LeaseLock {
             Some(entry) => entry,
             None => queue.join(&key, "", &data, Lifetime::Ttl(ttl), b"").await?,
         };
+        if let Some(queued) = queued.take() {
+            queued();
+        }
         loop {
             let options = WaitOptions {
                 keepalive: Some((touch_interval, &data, Some(ttl))),
@@ -349,6 +415,70 @@ impl LeaseLock {
             }));
         }
         Ok(None)
+    }
+
+    /// [`state`](Self::state), linearizable: a `sync` first (ZooKeeper's
+    /// sync-then-read), so the answer reflects every write committed
+    /// before the call, whichever server the session is on.
+    pub async fn state_synced(&self, name: &str) -> Result<Option<LeaseState>> {
+        check_name(name)?;
+        retrying(&self.client, || self.client.sync(&self.root)).await?;
+        self.state(name).await
+    }
+
+    /// Lease `name`'s holder, waiters and version (see [`LeaseView`]): a
+    /// plain read, as [`state`](Self::state).
+    pub async fn view(&self, name: &str) -> Result<LeaseView> {
+        Ok(self.view_with_head(name).await?.0)
+    }
+
+    /// The view and the holder's node name (`None` when free).
+    async fn view_with_head(&self, name: &str) -> Result<(LeaseView, Option<String>)> {
+        check_name(name)?;
+        let dir = self.dir(name);
+        for _ in 0..GUARDED_ATTEMPTS_MAX {
+            let listed = retrying(&self.client, || self.client.get_children(&dir)).await;
+            let (children, dir_stat) = match listed {
+                Ok(found) => found,
+                Err(e) if e.code() == ErrorCode::NoNode => {
+                    // No queue at all: the root's pzxid is at or after the
+                    // removal of the last queue of this name.
+                    let root = retrying(&self.client, || self.client.exists(&self.root)).await?;
+                    let version = root.map_or(0, |s| s.pzxid);
+                    return Ok((LeaseView::free(version), None));
+                }
+                Err(e) => return Err(e),
+            };
+            let members = crate::queue::sorted_members(&children, LEASE_NODE_PREFIX, &[""]);
+            let Some(head) = members.first() else {
+                return Ok((LeaseView::free(dir_stat.pzxid), None));
+            };
+            let path = join_path(&dir, &head.name);
+            let (data, stat) = match self.client.get_data(&path).await {
+                Ok(found) => found,
+                // The holder went between the two reads: look again.
+                Err(e) if e.code() == ErrorCode::NoNode => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let (ttl_ms, client_id) = decode(&data)
+                .ok_or_else(|| Error::Corrupt(format!("{path}: not a lease node's data")))?;
+            let view = LeaseView {
+                holder: Some(Lease {
+                    name: name.to_string(),
+                    client_id,
+                    fencing_token: stat.czxid,
+                    expires_at_ms: expires_at_ms(&stat, ttl_ms),
+                }),
+                waiters: members.len() - 1,
+                version: dir_stat.pzxid.max(stat.mzxid),
+            };
+            return Ok((view, Some(head.name.clone())));
+        }
+        Err(Error::Client(warden_client::Error::api(
+            ErrorCode::BadVersion,
+            dir,
+            "the holder kept changing while read",
+        )))
     }
 
     /// The current holder's node: path and stat, if it is

@@ -25,7 +25,7 @@ pub use barrier::{DoubleBarrier, READY_NODE};
 pub use election::{LeaderElection, LeaderInfo, Leadership};
 pub use error::{Error, Result};
 pub use fenced::{FencedResource, Stale};
-pub use lease::{Lease, LeaseLock, LeaseState};
+pub use lease::{Lease, LeaseLock, LeaseState, LeaseView, LeaseWatch};
 pub use mutex::{Holder, LockLost, Mutex, MutexGuard};
 pub use rwlock::{ReadWriteLock, RwLockGuard, RwLockHandle, RwLockMode, READ_KIND, WRITE_KIND};
 pub use semaphore::{Semaphore, SemaphoreLease, LEASE_KIND};

@@ -135,8 +135,9 @@ fn openapi_documents_credentials_and_refusals() {
             }
         }
     }
-    // acquire, renew, release in both contracts, and the state.
-    assert_eq!(operations, 7);
+    // acquire, renew, release in both contracts, the state, and the push
+    // doors (acquire events, watch, WebSocket).
+    assert_eq!(operations, 10);
     let error = &doc["components"]["schemas"]["Error"];
     assert_eq!(error["properties"]["error"]["type"], "string", "{error}");
 }

@@ -25,11 +25,9 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::http::{get_json, post, post_text, request};
+use common::http::{get_json, post, post_text};
 use serde_json::{json, Value};
 use warden_testkit::{wait_until, Server};
 
@@ -60,11 +58,6 @@ const SEED_004_RENEW: &str = r#"{
 
 /// Where the HTTP door keeps its leases (`http::locks::LOCK_ROOT`).
 const LOCK_ROOT: &str = "/warden/http-locks";
-
-/// Pinned validators (openapi-schema-validator comes with the first; it is
-/// pinned because the check script uses it directly).
-const OPENAPI_SPEC_VALIDATOR: &str = "openapi-spec-validator==0.9.0";
-const OPENAPI_SCHEMA_VALIDATOR: &str = "openapi-schema-validator==0.9.0";
 
 /// The published example with its literal token replaced by `token`.
 fn with_token(example: &str, literal: u64, token: u64) -> String {
@@ -109,35 +102,7 @@ impl Answers {
     /// Holds every answer against the served OpenAPI document, after
     /// validating the document itself.
     fn hold_against_openapi(&self, http: &str) {
-        let venv = warden_testkit::python::venv(
-            "openapi-venv",
-            &[OPENAPI_SPEC_VALIDATOR, OPENAPI_SCHEMA_VALIDATOR],
-        );
-        let (status, doc) = request(http, "GET", "/api/v1/openapi.json", None);
-        assert_eq!(status, 200, "{doc}");
-        let dir = tempfile::tempdir().unwrap();
-        let doc_path = dir.path().join("openapi.json");
-        let answers_path = dir.path().join("answers.json");
-        std::fs::write(&doc_path, doc).unwrap();
-        std::fs::write(&answers_path, Value::from(self.0.clone()).to_string()).unwrap();
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/openapi/check_answers.py");
-        let out = Command::new(venv.join("bin/python"))
-            .arg(script)
-            .arg(&doc_path)
-            .arg(&answers_path)
-            .output()
-            .expect("run check_answers.py");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "answers against the OpenAPI document:\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert_eq!(
-            stdout.trim(),
-            format!("ok: {} answers", self.0.len()),
-            "{stdout}"
-        );
+        common::openapi::hold(http, self.0.clone());
     }
 }
 

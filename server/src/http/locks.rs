@@ -142,6 +142,16 @@ impl Gateway {
     /// The lease lock of the caller's session, connecting (and
     /// authenticating) it on first use.
     async fn get(&self, headers: &HeaderMap) -> Result<LeaseLock, ApiError> {
+        Ok(self.session(headers).await?.1)
+    }
+
+    /// [`get`](Self::get), with the caller's identity: the session's key
+    /// (`None` for anonymous callers), which push waits and watches are
+    /// kept by.
+    pub(crate) async fn session(
+        &self,
+        headers: &HeaderMap,
+    ) -> Result<(Option<String>, LeaseLock), ApiError> {
         let credentials = self.credentials(headers)?;
         // The stored form of the password: a session per user *and*
         // password, without keeping passwords as keys.
@@ -156,7 +166,7 @@ impl Gateway {
             let state = *s.client.session_events().borrow();
             if !matches!(state, SessionState::Expired | SessionState::Closed) {
                 s.last_used = Instant::now();
-                return Ok(s.lock.clone());
+                return Ok((key, s.lock.clone()));
             }
             debug!(?state, "lock gateway session lost; connecting anew");
             sessions.remove(&key);
@@ -176,14 +186,14 @@ impl Gateway {
         }
         let lock = LeaseLock::new(client.clone(), LOCK_ROOT).with_acl(self.acl.clone());
         sessions.insert(
-            key,
+            key.clone(),
             Session {
                 client,
                 lock: lock.clone(),
                 last_used: Instant::now(),
             },
         );
-        Ok(lock)
+        Ok((key, lock))
     }
 
     /// A new session on this very server (over TLS when it serves TLS),
@@ -220,7 +230,7 @@ impl Gateway {
     }
 
     /// Drops the sessions that are over, so the next request connects anew.
-    async fn after_error(&self, e: &RecipeError) {
+    pub(crate) async fn after_error(&self, e: &RecipeError) {
         if let RecipeError::Client(c) = e {
             if c.code() == ErrorCode::SessionExpired {
                 self.sessions.lock().await.retain(|_, s| {
@@ -256,7 +266,7 @@ fn api_message(e: &warden_client::Error) -> String {
 }
 
 /// A 400 answer naming the problem.
-fn bad(message: impl Into<String>) -> ApiError {
+pub(crate) fn bad(message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, message)
 }
 
@@ -300,7 +310,7 @@ fn required_str<'a>(body: &'a Map<String, Value>, name: &str) -> Result<&'a str,
     }
 }
 
-fn check_name(name: &str) -> Result<(), ApiError> {
+pub(crate) fn check_name(name: &str) -> Result<(), ApiError> {
     let legal = !name.is_empty()
         && name.len() <= NAME_LEN_MAX
         && name != "."
@@ -319,18 +329,28 @@ fn check_name(name: &str) -> Result<(), ApiError> {
 
 fn client_id(body: &Map<String, Value>) -> Result<String, ApiError> {
     let id = required_str(body, "client_id")?;
+    check_client_id(id)?;
+    Ok(id.to_string())
+}
+
+pub(crate) fn check_client_id(id: &str) -> Result<(), ApiError> {
     if id.is_empty() || id.len() > CLIENT_ID_LEN_MAX || id.chars().any(char::is_control) {
         return Err(bad(format!(
             "client_id must be 1 to {CLIENT_ID_LEN_MAX} bytes without control characters"
         )));
     }
-    Ok(id.to_string())
+    Ok(())
 }
 
 fn ttl(body: &Map<String, Value>, names: &[&str]) -> Result<Duration, ApiError> {
     let ms = required_u64(body, names)?;
+    let name = find(body, names).map(|(_, n)| n).unwrap_or_default();
+    check_ttl_ms(&name, ms)
+}
+
+/// A TTL in bounds, `name` being the field it came in.
+pub(crate) fn check_ttl_ms(name: &str, ms: u64) -> Result<Duration, ApiError> {
     if ms == 0 || ms > TTL_MS_MAX {
-        let name = find(body, names).map(|(_, n)| n).unwrap_or_default();
         return Err(bad(format!(
             "{name} must be between 1 and {TTL_MS_MAX} ms, not {ms}"
         )));
@@ -403,25 +423,31 @@ pub(crate) fn parse_release(
 /// that does not hold the lock.
 async fn recipe_error(http: &Http, e: RecipeError, stale: StatusCode) -> Response {
     http.locks.after_error(&e).await;
-    match &e {
-        RecipeError::NotHolder(m) => error(stale, m.clone()),
-        RecipeError::BadArguments(m) => bad(m.clone()).into_response(),
+    refusal(&e, stale).into_response()
+}
+
+/// A recipe failure as a refusal (`recipe_error` without the session
+/// clean-up); also the push doors' `error` events.
+pub(crate) fn refusal(e: &RecipeError, stale: StatusCode) -> ApiError {
+    match e {
+        RecipeError::NotHolder(m) => ApiError::new(stale, m.clone()),
+        RecipeError::BadArguments(m) => bad(m.clone()),
         RecipeError::Client(c) if c.is_retryable() || c.code() == ErrorCode::SessionExpired => {
-            error(StatusCode::SERVICE_UNAVAILABLE, c.to_string())
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, c.to_string())
         }
         // The server's message, not just the code and path.
         RecipeError::Client(c) if c.code() == ErrorCode::BadArguments => {
-            bad(format!("BadArguments: {}", api_message(c))).into_response()
+            bad(format!("BadArguments: {}", api_message(c)))
         }
         // The message names the node and the permission refused.
         RecipeError::Client(c) if c.code() == ErrorCode::NoAuth => {
-            error(StatusCode::FORBIDDEN, format!("NoAuth: {}", api_message(c)))
+            ApiError::new(StatusCode::FORBIDDEN, format!("NoAuth: {}", api_message(c)))
         }
-        RecipeError::Client(c) if c.code() == ErrorCode::AuthFailed => error(
+        RecipeError::Client(c) if c.code() == ErrorCode::AuthFailed => ApiError::new(
             StatusCode::UNAUTHORIZED,
             format!("AuthFailed: {}", api_message(c)),
         ),
-        _ => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 
@@ -558,7 +584,9 @@ pub(crate) async fn release_alt(
 }
 
 /// `GET /api/v1/locks/{name}`: the holder and the number of waiters, or
-/// 404 when the lock is free.
+/// 404 when the lock is free. Linearizable: a `sync` before the read
+/// (`LeaseLock::state_synced`), so the answer reflects every acquire,
+/// renewal and release answered before the request, through any server.
 pub(crate) async fn state(
     State(http): State<Arc<Http>>,
     Path(name): Path<String>,
@@ -571,7 +599,7 @@ pub(crate) async fn state(
         Ok(l) => l,
         Err(r) => return r.into_response(),
     };
-    match lock.state(&name).await {
+    match lock.state_synced(&name).await {
         Ok(Some(s)) => Json(contract::state(&name, &s.holder, s.waiters)).into_response(),
         Ok(None) => error(StatusCode::NOT_FOUND, format!("{name} is free")),
         Err(e) => recipe_error(&http, e, StatusCode::CONFLICT).await,

@@ -16,8 +16,11 @@ mod limited;
 pub(crate) mod locks;
 mod metrics;
 mod process_metrics;
+mod push;
 mod snapshot;
 mod tls;
+mod watch;
+mod ws;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -36,6 +39,7 @@ use tracing::warn;
 use crate::core::CoreMsg;
 
 pub use locks::{GATEWAY_SESSIONS_MAX, TTL_MS_MAX, WAIT_TIMEOUT_MS_MAX};
+pub use push::{PUSH_GRACE_MS_DEFAULT, PUSH_GRACE_MS_MAX};
 
 /// Who HTTP lock callers are: bearer tokens standing for digest
 /// identities, and the ACL of the nodes the lock API creates.
@@ -63,6 +67,11 @@ pub(crate) struct Http {
     locks: locks::Gateway,
     metrics: metrics::Metrics,
     auth: crate::auth::AuthConfig,
+    /// Push waits and lock watches (`push.rs`, `watch.rs`, `ws.rs`).
+    push: push::Waits,
+    watch: watch::Hubs,
+    /// The server's stop: ends the streams, which would hold up shutdown.
+    stop: CancellationToken,
 }
 
 /// Largest HTTP request body.
@@ -90,6 +99,9 @@ pub async fn serve(
         ),
         metrics: metrics::Metrics::new(&op_metrics),
         auth: auth.auth,
+        push: push::Waits::default(),
+        watch: watch::Hubs::default(),
+        stop: stop.clone(),
     });
     let app = router(state);
     let stopped = stop.cancelled_owned();
@@ -127,6 +139,12 @@ fn router(state: Arc<Http>) -> Router {
         .route("/api/v1/locks/{name}/acquire", post(locks::acquire))
         .route("/api/v1/locks/{name}/renew", post(locks::renew))
         .route("/api/v1/locks/{name}/release", post(locks::release))
+        .route(
+            "/api/v1/locks/{name}/acquire/events",
+            get(push::acquire_events),
+        )
+        .route("/api/v1/locks/{name}/watch", get(watch::watch_events))
+        .route("/api/v1/locks/{name}/ws", get(ws::socket))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         // Lock API bodies are a few hundred bytes: a bigger one is refused
         // (413) before it is read whole.

@@ -3,3 +3,5 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod openapi;
+pub mod push;

@@ -9,7 +9,9 @@ other (run by tests/seed_contracts.rs in its venv).
 3. Each answer ({"method", "path", "status", "body"}, path as the
    document's template) validates against the schema the document gives
    for that operation and status (openapi-schema-validator, OpenAPI 3.0
-   rules, formats checked: date-time is RFC 3339).
+   rules, formats checked: date-time is RFC 3339). An answer given as
+   {"schema", "body"} (a push message: an SSE event's data, a WebSocket
+   message) validates against components/schemas/<schema>.
 
 Prints one line per problem and exits 1 if there is any; else prints
 "ok: N answers".
@@ -73,6 +75,16 @@ def main():
         problems.append("date-time formats are not checked (is rfc3339-validator installed?)")
 
     for a in answers:
+        if "schema" in a:
+            name = a["schema"]
+            if name not in doc["components"]["schemas"]:
+                problems.append(f"{name} message: no such schema")
+                continue
+            v = validator(doc, registry, pointer("components", "schemas", name))
+            for e in v.iter_errors(a["body"]):
+                at = "/".join(str(p) for p in e.absolute_path)
+                problems.append(f"{name} message: {at or 'body'}: {e.message}")
+            continue
         method, path, status = a["method"].lower(), a["path"], str(a["status"])
         what = f"{a['method']} {path} {status}"
         response = doc["paths"].get(path, {}).get(method, {}).get("responses", {}).get(status)
