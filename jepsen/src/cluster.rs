@@ -380,6 +380,61 @@ impl Cluster {
         self.await_listening(id).await
     }
 
+    /// Starts a killed node whose files may be damaged: `Err` with why
+    /// (and its log's last lines) when it exits instead of serving; the
+    /// process is then reaped, so it does not count as a crash.
+    pub async fn try_restart(&mut self, id: u64) -> std::result::Result<(), String> {
+        if self.node(id).child.is_some() {
+            return Ok(());
+        }
+        self.spawn(id).map_err(|e| e.to_string())?;
+        // Listening is not enough: a server binds its ports before it
+        // opens its storage. It has started once it answers a request on
+        // its own port (not the proxy, which a partition may cut).
+        let started = match self.await_listening(id).await {
+            Err(e) => Err(e.to_string()),
+            Ok(()) => {
+                let addr = format!("127.0.0.1:{}", self.node(id).client_port);
+                let deadline = Instant::now() + NODE_START_TIMEOUT;
+                loop {
+                    let exited = match self.node_mut(id).child.as_mut() {
+                        Some(c) => c.try_wait().ok().flatten(),
+                        None => None,
+                    };
+                    if let Some(status) = exited {
+                        break Err(format!("node {id} exited at start ({status})"));
+                    }
+                    let answered = async {
+                        let c = admin_client(&addr).await?;
+                        let r = c.cluster_status().await;
+                        let _ = c.close().await;
+                        r
+                    };
+                    if let Ok(Ok(_)) = tokio::time::timeout(ADMIN_TIMEOUT, answered).await {
+                        break Ok(());
+                    }
+                    if Instant::now() > deadline {
+                        break Err(format!(
+                            "node {id} did not answer within {NODE_START_TIMEOUT:?}"
+                        ));
+                    }
+                    tokio::time::sleep(POLL).await;
+                }
+            }
+        };
+        started.map_err(|e| {
+            self.kill(id);
+            format!("{e}; log ends: {}", self.log_tail(id, 3))
+        })
+    }
+
+    /// The last `n` lines of node `id`'s log, joined with ` | `.
+    pub fn log_tail(&self, id: u64, n: usize) -> String {
+        let text = std::fs::read_to_string(&self.node(id).log_path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        lines[lines.len().saturating_sub(n)..].join(" | ")
+    }
+
     /// SIGSTOP.
     pub fn pause(&mut self, id: u64) {
         let node = self.node_mut(id);

@@ -331,6 +331,7 @@ pub const FAULTS: &[(&str, &str, &str)] = &[
     ("pause", "pause", "resume"),
     ("partition", "partition", "heal"),
     ("client-partition", "client-partition", "client-heal"),
+    ("corrupt", "corrupt", "recover"),
     ("membership", "remove", "add"),
     ("restart-all", "stop-all", "start-all"),
 ];

@@ -12,6 +12,7 @@ pub mod checkers;
 pub mod clock;
 pub mod cluster;
 pub mod convergence;
+pub mod disk;
 pub mod history;
 pub mod http;
 pub mod linearizable;

@@ -4,7 +4,11 @@
 //! `nemesis` process in the history: `kill`/`restart`, `pause`/`resume`,
 //! `partition`/`heal` (between nodes), `client-partition`/`client-heal`
 //! (clients cut from some nodes, which still hear each other),
-//! `remove`/`add` (membership), `stop-all`/`start-all` (restart-all).
+//! `remove`/`add` (membership), `stop-all`/`start-all` (restart-all),
+//! `corrupt`/`recover` (one node killed, one of its files damaged — see
+//! [`crate::disk`] — and started again: it either serves or refuses to
+//! start; a refused node is recovered as an operator would, removed from
+//! the group, wiped and added back).
 //!
 //! With `overlap`, process faults (kill, pause, membership, restart-all)
 //! and network faults (partition, client-partition) run in two lanes at
@@ -36,16 +40,18 @@ pub enum Fault {
     Membership,
     RestartAll,
     ClientPartition,
+    Corrupt,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 6] = [
+    pub const ALL: [Fault; 7] = [
         Fault::Kill,
         Fault::Pause,
         Fault::Partition,
         Fault::Membership,
         Fault::RestartAll,
         Fault::ClientPartition,
+        Fault::Corrupt,
     ];
 
     /// A fault of the network (the overlap's second lane), not of processes.
@@ -61,6 +67,7 @@ impl Fault {
             Fault::Membership => "membership",
             Fault::RestartAll => "restart-all",
             Fault::ClientPartition => "client-partition",
+            Fault::Corrupt => "corrupt",
         }
     }
 }
@@ -169,8 +176,8 @@ pub async fn run(
         removed.extend(r);
     }
     let mut c = cluster.lock().await;
-    for id in removed {
-        stop(&mut c, &history, Undo::Membership(id), &mut tally).await;
+    for undo in removed {
+        stop(&mut c, &history, undo, &mut tally).await;
     }
     let inv = history.invoke(Process::NEMESIS, "heal-all", Value::Null);
     let healed = match c.heal_all().await {
@@ -188,8 +195,8 @@ pub async fn run(
 }
 
 /// One lane of the schedule: its faults one at a time until `deadline`.
-/// Returns what it did and a member whose re-add failed (for the final
-/// heal to retry).
+/// Returns what it did and the re-add of a member that failed (for the
+/// final heal to retry).
 async fn lane(
     cluster: Arc<Mutex<Cluster>>,
     history: History,
@@ -198,7 +205,7 @@ async fn lane(
     mut rng: StdRng,
     deadline: Instant,
     offset: Duration,
-) -> (Tally, Option<u64>) {
+) -> (Tally, Option<Undo>) {
     let mut tally = Tally::default();
     let mut removed = None;
     tokio::time::sleep(offset).await;
@@ -215,11 +222,13 @@ async fn lane(
         drop(c);
         tokio::time::sleep(schedule.duration).await;
         let mut c = cluster.lock().await;
-        if !stop(&mut c, &history, undo, &mut tally).await {
-            if let Undo::Membership(id) = undo {
-                // Retried by the final heal.
-                removed = Some(id);
-            }
+        let retry = matches!(
+            undo,
+            Undo::Membership(_) | Undo::Recover { refused: true, .. }
+        );
+        if !stop(&mut c, &history, undo, &mut tally).await && retry {
+            // Retried by the final heal.
+            removed = Some(undo);
         }
     }
     (tally, removed)
@@ -236,6 +245,11 @@ enum Undo {
     ClientHeal(NodeSet),
     Membership(u64),
     StartAll,
+    /// After `corrupt`: re-add the node if it refused to start.
+    Recover {
+        id: u64,
+        refused: bool,
+    },
 }
 
 /// A small set of node ids (bit i = node i).
@@ -365,6 +379,39 @@ async fn start(
             history.ok(&inv, value);
             Undo::ClientHeal(NodeSet::of(&nodes))
         }
+        Fault::Corrupt => {
+            let ids = c.ids();
+            let id = *ids.choose(rng).expect("nodes");
+            let inv = history.invoke(Process::NEMESIS, "corrupt", json!({"node": id}));
+            c.kill(id);
+            let data_dir = c.node(id).data_dir.clone();
+            let damage = match crate::disk::damage(&data_dir, rng) {
+                Ok(d) => d,
+                Err(e) => {
+                    tally.errors.push(e.clone());
+                    let _ = c.restart(id).await;
+                    history.fail(&inv, json!({"node": id}), e);
+                    return Undo::Nothing;
+                }
+            };
+            let (outcome, refused) = match c.try_restart(id).await {
+                Ok(()) => ("started".to_string(), false),
+                Err(why) => (format!("refused: {why}"), true),
+            };
+            // A snapshot carries a checksum: starting on a flipped one is
+            // a storage bug (flagged for the checker in run.rs).
+            let accepted_damaged_snapshot = !refused && damage.kind == "snapshot-flip";
+            let value = json!({
+                "node": id,
+                "damage": damage,
+                "outcome": outcome,
+                "refused": refused,
+                "accepted_damaged_snapshot": accepted_damaged_snapshot,
+                "majority_kept": c.ids().len() >= 3,
+            });
+            history.ok(&inv, value);
+            Undo::Recover { id, refused }
+        }
         Fault::Membership => {
             let ids = c.ids();
             let id = *ids.choose(rng).expect("nodes");
@@ -405,6 +452,7 @@ async fn stop(c: &mut Cluster, history: &History, undo: Undo, tally: &mut Tally)
         Undo::ClientHeal(s) => ("client-heal", json!({"nodes": s.ids()})),
         Undo::Membership(id) => ("add", json!({"node": id})),
         Undo::StartAll => ("start-all", json!({"nodes": c.ids()})),
+        Undo::Recover { id, refused } => ("recover", json!({"node": id, "rejoin": refused})),
     };
     let inv = history.invoke(Process::NEMESIS, f, value.clone());
     let result = match undo {
@@ -452,6 +500,13 @@ async fn stop(c: &mut Cluster, history: &History, undo: Undo, tally: &mut Tally)
             }
             r
         }
+        Undo::Recover { refused: false, .. } => Ok(()),
+        // What the docs tell an operator: remove the member, wipe it, add
+        // it back (it catches up from the others).
+        Undo::Recover { id, refused: true } => match c.remove_member(id).await {
+            Ok(()) => c.add_member(id).await,
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => {

@@ -318,6 +318,22 @@ pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
             result.notes.push(anomaly);
         }
     }
+    // The corrupt nemesis: a node must not serve from a snapshot file whose
+    // checksum no longer matches.
+    for e in &events {
+        if e.f == "corrupt" && e.kind == Kind::Ok && e.value["accepted_damaged_snapshot"] == true {
+            result.valid = Validity::Invalid;
+            result.anomalies.push(Anomaly {
+                kind: "damaged-snapshot-accepted".into(),
+                message: format!(
+                    "node {} started on a snapshot file with a flipped byte ({})",
+                    e.value["node"], e.value["damage"]["file"]
+                ),
+                ops: vec![e.index],
+                detail: e.value.clone(),
+            });
+        }
+    }
     for (id, status) in &crashed {
         result.valid = Validity::Invalid;
         result.anomalies.push(Anomaly {

@@ -224,3 +224,18 @@ fn session_order_under_overlapping_kill_pause_and_partitions() {
     );
     assert!(r["stats"]["moves"].as_u64().unwrap() > 0, "no move:\n{out}");
 }
+
+/// Disk faults: a killed node's snapshot or journal damaged before it
+/// starts again; it refuses (and is wiped and re-added) or serves, and the
+/// run stays valid with the replicas converged. Small snapshots, so every
+/// node has snapshot files to damage.
+#[test]
+fn register_under_kill_and_corrupt() {
+    let (code, out, r) = run_under("register", "kill,corrupt", &["--snapshot-entries", "200"]);
+    assert_eq!(code, 0, "register run not valid:\n{out}");
+    assert!(
+        r["faults"]["by_kind"]["corrupt"].as_u64().unwrap_or(0) > 0,
+        "no disk fault:\n{out}"
+    );
+    assert_eq!(r["convergence"]["converged"], serde_json::Value::Bool(true));
+}
