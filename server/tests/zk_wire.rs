@@ -128,10 +128,13 @@ async fn persistent_recursive_watch_through_the_zookeeper_port() {
         .unwrap();
 
     let mut zk = Jute::connect(server.zk_addr());
-    // addWatch(path, mode 1 = PERSISTENT_RECURSIVE)
+    // addWatch(path, mode 1 = PERSISTENT_RECURSIVE): answered, as by
+    // ZooKeeper, with an ErrorResponse (one int, 0), which ZooKeeper's
+    // Java client reads (without it, it drops the connection).
     let mut w = Writer::default();
     w.string("/pw").int(1);
-    assert_eq!(zk.call(1, 106, &w.buf), (1, 0));
+    let reply = zk.call_body(1, 106, &w.buf);
+    assert_eq!(reply, vec![0, 0, 0, 0], "addWatch's ErrorResponse");
 
     // Written through the native door, seen through the ZooKeeper one.
     native
@@ -485,4 +488,55 @@ async fn the_config_watch_fires_when_membership_changes() {
         "{after:?}"
     );
     assert_ne!(before.last(), after.last(), "the version changed");
+}
+
+/// getData("/zookeeper/config"), with or without a watch: its lines.
+fn read_config(zk: &mut Jute, xid: i32, watch: bool) -> Vec<String> {
+    let mut w = Writer::default();
+    w.string("/zookeeper/config").boolean(watch);
+    let reply = zk.call_body(xid, 4, &w.buf);
+    let data = Reader::new(&reply).buffer("data").unwrap();
+    String::from_utf8(data)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A member that has just started knows its peers' ZooKeeper ports only
+/// once their status reaches it: until then `/zookeeper/config` lacks
+/// their client part, and when it learns one the config watch fires (so
+/// Curator's EnsembleTracker, which reads the config when it connects,
+/// reads it again and finds every member's client address).
+#[test]
+fn the_config_watch_fires_when_a_zookeeper_port_is_learned() {
+    let mut cluster = warden_testkit::Cluster::start(3);
+    let mut incomplete = 0;
+    // A few restarts, to meet the moment at least once.
+    for round in 0..3 {
+        cluster.stop(1);
+        cluster.restart(1);
+        let mut zk = Jute::connect(cluster.zk_addr(1));
+        for xid in 1.. {
+            let lines = read_config(&mut zk, xid, true);
+            let servers = &lines[..lines.len() - 1];
+            if servers.len() == 3 && servers.iter().all(|l| l.contains(';')) {
+                break;
+            }
+            incomplete += 1;
+            // The next frame is the notification (the read timeout bounds
+            // the wait): without it the reader would keep the old config.
+            let body = zk.recv().unwrap_or_else(|| {
+                panic!("round {round}: no config watch event after reading {lines:?}")
+            });
+            let mut r = Reader::new(&body);
+            assert_eq!(r.int("xid").unwrap(), -1, "a watch notification");
+            let _ = r.long("zxid").unwrap();
+            let _ = r.int("err").unwrap();
+            assert_eq!(r.int("type").unwrap(), 3, "NodeDataChanged");
+            let _ = r.int("state").unwrap();
+            assert_eq!(r.string("path").unwrap(), "/zookeeper/config");
+        }
+    }
+    println!("{incomplete} reads before every ZooKeeper port was known");
 }

@@ -543,7 +543,13 @@ pub fn encode_response(reply: &Reply, resp: &pb::Response) -> (i32, Writer) {
                 w.string(&id.scheme).string(&zk_user(id));
             }
         }
-        // delete, ping, close, set/add/remove watches: no body.
+        // ZooKeeper answers addWatch with an ErrorResponse (one int, 0
+        // on success) and its Java client reads it: without it the client
+        // takes the short reply for a broken connection and reconnects.
+        (opcode::ADD_WATCH, _) => {
+            w.int(0);
+        }
+        // delete, ping, close, set/remove/check watches: no body.
         _ => {}
     }
     (0, w)
@@ -696,6 +702,25 @@ mod tests {
         };
         let (code, body) = encode_response(&Reply::Plain(opcode::EXISTS), &resp);
         assert_eq!(code, -101);
+        assert!(body.buf.is_empty());
+    }
+
+    /// ZooKeeper 3.8's Java client deserializes an ErrorResponse from a
+    /// successful addWatch: the reply carries one int, 0.
+    #[test]
+    fn add_watch_is_answered_with_an_error_response() {
+        // The core answers AddWatch with no result.
+        let resp = pb::Response::default();
+        let (code, body) = encode_response(&Reply::Plain(opcode::ADD_WATCH), &resp);
+        assert_eq!(code, 0);
+        assert_eq!(&body.buf[..], &[0, 0, 0, 0]);
+        // A failed addWatch has no body, as for every failed request.
+        let failed = pb::Response {
+            error: ErrorCode::NoAuth as i32,
+            ..Default::default()
+        };
+        let (code, body) = encode_response(&Reply::Plain(opcode::ADD_WATCH), &failed);
+        assert_eq!(code, -102);
         assert!(body.buf.is_empty());
     }
 

@@ -9,10 +9,13 @@
 //! the answering server knows, in ZooKeeper's dynamic-config format (what
 //! `getConfig` and Curator's EnsembleTracker read). Writes anywhere in the
 //! subtree are refused (NoAuth, as ZooKeeper refuses writes to its
-//! read-only config node; NodeExists for creating one of the three).
+//! read-only config node; NodeExists for creating one of the three;
+//! Unimplemented below `/zookeeper/quota`, where ZooKeeper clients write
+//! quotas, which Warden does not have).
 //! A watch asked with getData or exists on `/zookeeper/config` fires
-//! (NodeDataChanged) once, when the membership next changes; other watches
-//! on these nodes are not set.
+//! (NodeDataChanged) once, when the membership next changes or the server
+//! learns a member's ZooKeeper port (the config then gains its client
+//! part); other watches on these nodes are not set.
 
 use warden_protocol::pb::{self, request::Op, response::Result as Res, ErrorCode};
 
@@ -22,6 +25,7 @@ use super::proto::{opcode, write_stat, zk_code, DecodeError, Reply};
 pub const ROOT: &str = "/zookeeper";
 pub const CONFIG: &str = "/zookeeper/config";
 pub const QUOTA: &str = "/zookeeper/quota";
+const QUOTA_PREFIX: &str = "/zookeeper/quota/";
 
 /// A path in the reserved subtree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +88,13 @@ pub fn route(op: Op, reply: Reply) -> Result<(Op, Reply), DecodeError> {
     };
     match node(path) {
         None => Ok((op, reply)),
+        // ZooKeeper keeps quotas as nodes below /zookeeper/quota, written
+        // by clients (zkCli's setquota). Warden has no quotas: say so,
+        // rather than "no permission".
+        Some(Node::Missing) if path.starts_with(QUOTA_PREFIX) => Err(DecodeError::Refused(
+            ErrorCode::Unimplemented,
+            format!("{path}: quotas are not supported"),
+        )),
         Some(n) if creating && n != Node::Missing => {
             Err(DecodeError::Refused(ErrorCode::NodeExists, path.clone()))
         }
@@ -144,10 +155,13 @@ pub fn encode(op: i32, node: Node, resp: &pb::Response) -> (i32, Writer) {
 }
 
 /// The membership in ZooKeeper's dynamic-config format: per member
-/// `server.ID=PEERHOST:PEERPORT:ELECTIONPORT:ROLE;ZKHOST:ZKPORT` (Warden
-/// has one peer port, given as both; voters are participants, learners
-/// observers; the client part is left out until the member has reported
-/// its ZooKeeper port), then `version=HEX`. ZooKeeper's version is the
+/// `server.ID=PEERHOST:PEERPORT:0:ROLE;ZKHOST:ZKPORT`, then `version=HEX`.
+/// Voters are participants, learners observers; the client part is left
+/// out until the member has reported its ZooKeeper port. Warden's Raft
+/// replicates and elects on one peer port, and ZooKeeper's parser (which
+/// Curator's EnsembleTracker runs on this text) refuses a line whose
+/// quorum and election ports are equal, so the election port is given as
+/// 0: "none of its own". ZooKeeper's version is the
 /// zxid of the last reconfig; here it is a fingerprint (FNV-1a) of the
 /// member lines, so it changes exactly when the membership does and every
 /// member computes the same one.
@@ -156,9 +170,8 @@ pub fn config(status: &pb::ClusterStatusResponse) -> String {
     members.sort_by_key(|m| m.id);
     let mut out = String::new();
     for m in members {
-        let port = m.addr.rsplit(':').next().unwrap_or_default();
         let role = if m.voter { "participant" } else { "observer" };
-        out.push_str(&format!("server.{}={}:{port}:{role}", m.id, m.addr));
+        out.push_str(&format!("server.{}={}:0:{role}", m.id, m.addr));
         if !m.zk_addr.is_empty() {
             out.push_str(&format!(";{}", m.zk_addr));
         }
@@ -196,8 +209,8 @@ mod tests {
         assert_eq!(
             lines[..2],
             [
-                "server.1=127.0.0.1:7101:7101:participant;127.0.0.1:2181",
-                "server.2=127.0.0.1:7102:7102:observer",
+                "server.1=127.0.0.1:7101:0:participant;127.0.0.1:2181",
+                "server.2=127.0.0.1:7102:0:observer",
             ]
         );
         let version = lines[2].strip_prefix("version=").unwrap();
@@ -227,6 +240,15 @@ mod tests {
         assert!(matches!(
             route(create, Reply::Plain(opcode::CREATE)),
             Err(DecodeError::Refused(ErrorCode::NodeExists, _))
+        ));
+        // zkCli's setquota creates nodes below /zookeeper/quota: no quotas.
+        let quota = Op::Create(pb::CreateRequest {
+            path: "/zookeeper/quota/app".into(),
+            ..Default::default()
+        });
+        assert!(matches!(
+            route(quota, Reply::Plain(opcode::CREATE)),
+            Err(DecodeError::Refused(ErrorCode::Unimplemented, _))
         ));
         let get = Op::GetData(pb::GetDataRequest {
             path: CONFIG.into(),

@@ -1,0 +1,775 @@
+// Apache Curator's recipes against a Warden cluster, through Warden's
+// ZooKeeper port, with the Curator and ZooKeeper client jars Debian ships
+// (libcurator-recipes-java 5.4, libzookeeper-java 3.8). Nothing here knows
+// it talks to Warden: it is what a Curator user would write.
+//
+//   java -cp ... CuratorCompat HOST:PORT,HOST:PORT,... [--no-kill]
+//
+// Prints one line per recipe, `PASS name: detail` or `FAIL name: detail`,
+// and exits 1 if any failed. Every recipe except the last must run without
+// any client losing its connection (a dropped connection is a failure: that
+// is how a reply the Java client cannot parse shows up).
+//
+// The last recipe holds an InterProcessMutex (with a second client queued
+// behind it) and runs two LeaderLatches, prints `KILL-LEADER`, and waits for
+// one line on stdin, `killed HOST:PORT` (the ZooKeeper address of the
+// process the driver killed with SIGKILL: the Raft leader). Then it checks
+// the recipes recovered: the holder still holds (its session survived),
+// the queued client gets the lock once released, and exactly one latch
+// leads. `--no-kill` leaves that recipe out.
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.List;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.Callable;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.BooleanSupplier;
+
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.api.transaction.CuratorOp;
+import org.apache.curator.framework.api.transaction.CuratorTransactionResult;
+import org.apache.curator.framework.recipes.atomic.AtomicValue;
+import org.apache.curator.framework.recipes.atomic.DistributedAtomicLong;
+import org.apache.curator.framework.recipes.barriers.DistributedBarrier;
+import org.apache.curator.framework.recipes.barriers.DistributedDoubleBarrier;
+import org.apache.curator.framework.recipes.cache.ChildData;
+import org.apache.curator.framework.recipes.cache.CuratorCache;
+import org.apache.curator.framework.recipes.cache.CuratorCacheListener;
+import org.apache.curator.framework.recipes.cache.NodeCache;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
+import org.apache.curator.framework.recipes.leader.LeaderLatchListener;
+import org.apache.curator.framework.recipes.leader.LeaderSelector;
+import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
+import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
+import org.apache.curator.framework.recipes.nodes.PersistentNode;
+import org.apache.curator.framework.state.ConnectionState;
+import org.apache.curator.retry.ExponentialBackoffRetry;
+import org.apache.curator.retry.RetryNTimes;
+import org.apache.zookeeper.CreateMode;
+import org.apache.zookeeper.KeeperException;
+import org.apache.zookeeper.server.quorum.QuorumPeer;
+import org.apache.zookeeper.server.quorum.flexible.QuorumVerifier;
+
+public final class CuratorCompat {
+    /** Deadline for any one wait on the cluster. */
+    static final long STEP_MS = 30_000;
+    /** Deadline for a whole recipe. */
+    static final long RECIPE_MS = 90_000;
+
+    static String hosts;
+    /** Each run works under its own root, so reruns never meet old nodes. */
+    static final String BASE = "/curator-compat-" + System.currentTimeMillis();
+    static final List<String> failed = Collections.synchronizedList(new ArrayList<>());
+    /** Connection states other than CONNECTED seen by any client. */
+    static final List<String> troubles = Collections.synchronizedList(new ArrayList<>());
+    static final List<CuratorFramework> clients = new ArrayList<>();
+    static final ExecutorService pool = Executors.newCachedThreadPool(r -> {
+        Thread t = new Thread(r);
+        t.setDaemon(true);
+        return t;
+    });
+
+    interface Recipe {
+        String run() throws Exception;
+    }
+
+    public static void main(String[] args) throws Exception {
+        List<String> rest = new ArrayList<>(Arrays.asList(args));
+        boolean kill = !rest.remove("--no-kill");
+        hosts = rest.isEmpty() ? System.getenv("WARDEN_ZK_HOSTS") : rest.get(0);
+        if (hosts == null || hosts.isEmpty()) {
+            System.err.println("usage: CuratorCompat HOST:PORT,... [--no-kill]");
+            System.exit(2);
+        }
+        CuratorFramework a = client("a");
+        CuratorFramework b = client("b");
+        recipe("getConfig + EnsembleTracker", () -> ensemble(a));
+        recipe("InterProcessMutex", () -> mutex(a, b));
+        recipe("InterProcessReadWriteLock", () -> readWriteLock(a, b));
+        recipe("InterProcessSemaphoreV2", () -> semaphore(a, b));
+        recipe("LeaderLatch", () -> leaderLatch(a, b));
+        recipe("LeaderSelector", () -> leaderSelector(a, b));
+        recipe("DistributedBarrier", () -> barrier(a, b));
+        recipe("DistributedDoubleBarrier", () -> doubleBarrier(a, b));
+        recipe("DistributedAtomicLong", () -> atomicLong(a, b));
+        recipe("CuratorCache", () -> curatorCache(a, b));
+        recipe("NodeCache", () -> nodeCache(a, b));
+        recipe("PersistentNode", () -> persistentNode(a, b));
+        recipe("transaction", () -> transaction(a, b));
+        if (kill) {
+            recipe("leader kill -9: InterProcessMutex + LeaderLatch", () -> acrossLeaderKill(b));
+        }
+        for (CuratorFramework c : clients) {
+            c.close();
+        }
+        System.out.println(failed.isEmpty() ? "ALL PASS" : "FAILED: " + String.join(", ", failed));
+        System.out.flush();
+        System.exit(failed.isEmpty() ? 0 : 1);
+    }
+
+    /** A started client, connected, its connection states recorded. */
+    static CuratorFramework client(String name) throws Exception {
+        CuratorFramework c = CuratorFrameworkFactory.builder()
+                .connectString(hosts)
+                .sessionTimeoutMs(15_000)
+                .connectionTimeoutMs(5_000)
+                .retryPolicy(new ExponentialBackoffRetry(100, 29, 1_000))
+                .build();
+        c.getConnectionStateListenable().addListener((cl, state) -> {
+            if (state != ConnectionState.CONNECTED) {
+                troubles.add(name + ":" + state);
+            }
+        });
+        c.start();
+        if (!c.blockUntilConnected((int) STEP_MS, TimeUnit.MILLISECONDS)) {
+            throw new IllegalStateException("client " + name + " did not connect to " + hosts);
+        }
+        clients.add(c);
+        return c;
+    }
+
+    /**
+     * Runs one recipe with a deadline and prints its line. A recipe in
+     * which any client's connection was suspended or lost fails, unless it
+     * is the leader-kill one (which causes exactly that).
+     */
+    static void recipe(String name, Recipe body) {
+        int troublesBefore = troubles.size();
+        String line;
+        boolean ok;
+        Future<String> run = pool.submit(body::run);
+        try {
+            String detail = run.get(RECIPE_MS, TimeUnit.MILLISECONDS);
+            List<String> seen = new ArrayList<>(troubles.subList(troublesBefore, troubles.size()));
+            ok = seen.isEmpty() || name.startsWith("leader kill");
+            line = ok ? detail : "connection trouble during the recipe " + seen + " (" + detail + ")";
+        } catch (TimeoutException e) {
+            run.cancel(true);
+            ok = false;
+            line = "no result within " + RECIPE_MS + " ms";
+        } catch (Exception e) {
+            Throwable cause = e.getCause() != null ? e.getCause() : e;
+            ok = false;
+            line = cause.toString();
+        }
+        if (!ok) {
+            failed.add(name);
+        }
+        System.out.println((ok ? "PASS " : "FAIL ") + name + ": " + line);
+        System.out.flush();
+    }
+
+    static void check(boolean cond, String what) {
+        if (!cond) {
+            throw new IllegalStateException(what);
+        }
+    }
+
+    /** Waits for `cond` with the step deadline, polling. */
+    static void await(BooleanSupplier cond, String what) throws InterruptedException {
+        long deadline = System.currentTimeMillis() + STEP_MS;
+        while (!cond.getAsBoolean()) {
+            if (System.currentTimeMillis() > deadline) {
+                throw new IllegalStateException("timed out waiting for " + what);
+            }
+            Thread.sleep(20);
+        }
+    }
+
+    static <T> T within(Future<T> f, String what) throws Exception {
+        try {
+            return f.get(STEP_MS, TimeUnit.MILLISECONDS);
+        } catch (TimeoutException e) {
+            throw new IllegalStateException("timed out waiting for " + what);
+        }
+    }
+
+    static <T> T poll(BlockingQueue<T> q, String what) throws InterruptedException {
+        T got = q.poll(STEP_MS, TimeUnit.MILLISECONDS);
+        check(got != null, "no " + what + " within " + STEP_MS + " ms");
+        return got;
+    }
+
+    static byte[] bytes(String s) {
+        return s.getBytes(StandardCharsets.UTF_8);
+    }
+
+    static String text(byte[] b) {
+        return b == null ? "null" : new String(b, StandardCharsets.UTF_8);
+    }
+
+    /** Runs `body` on `n` threads at once and waits for them all. */
+    static void together(int n, Callable<Void> body) throws Exception {
+        List<Future<Void>> all = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            all.add(pool.submit(body));
+        }
+        for (Future<Void> f : all) {
+            within(f, "a worker");
+        }
+    }
+
+    // --- the recipes ------------------------------------------------------
+
+    /**
+     * getConfig (/zookeeper/config), and Curator's EnsembleTracker, which
+     * parses it with ZooKeeper's own config parser and derives the client
+     * connection string from it: every member, at its ZooKeeper port.
+     */
+    static String ensemble(CuratorFramework a) throws Exception {
+        String config = text(a.getConfig().forEnsemble());
+        check(config.startsWith("server.") && config.contains("\nversion="), "getConfig: " + config);
+        List<String> want = new ArrayList<>(Arrays.asList(hosts.split(",")));
+        Collections.sort(want);
+        await(() -> tracked(a).equals(want), "EnsembleTracker's members " + want + " (has " + tracked(a) + ")");
+        return "config parsed by ZooKeeper's parser; members " + tracked(a);
+    }
+
+    /** The client addresses of the members Curator's EnsembleTracker holds, sorted. */
+    static List<String> tracked(CuratorFramework c) {
+        List<String> out = new ArrayList<>();
+        QuorumVerifier q = c.getCurrentConfig();
+        if (q != null) {
+            for (QuorumPeer.QuorumServer s : q.getAllMembers().values()) {
+                if (s.clientAddr != null) {
+                    out.add(s.clientAddr.getHostString() + ":" + s.clientAddr.getPort());
+                }
+            }
+        }
+        Collections.sort(out);
+        return out;
+    }
+
+    /**
+     * Four holders (two per client) take the mutex in turn and each does a
+     * read-modify-write of a counter node without a version check: any
+     * overlap loses an update (and is counted directly too).
+     */
+    static String mutex(CuratorFramework a, CuratorFramework b) throws Exception {
+        String lock = BASE + "/mutex/lock";
+        String counter = BASE + "/mutex/counter";
+        a.create().creatingParentsIfNeeded().forPath(counter, bytes("0"));
+        AtomicInteger inside = new AtomicInteger();
+        AtomicInteger overlaps = new AtomicInteger();
+        int rounds = 10;
+        AtomicInteger next = new AtomicInteger();
+        together(4, () -> {
+            CuratorFramework c = next.getAndIncrement() % 2 == 0 ? a : b;
+            InterProcessMutex m = new InterProcessMutex(c, lock);
+            for (int i = 0; i < rounds; i++) {
+                check(m.acquire(STEP_MS, TimeUnit.MILLISECONDS), "acquire timed out");
+                try {
+                    if (inside.incrementAndGet() != 1) {
+                        overlaps.incrementAndGet();
+                    }
+                    int v = Integer.parseInt(text(c.getData().forPath(counter)));
+                    c.setData().forPath(counter, bytes(Integer.toString(v + 1)));
+                    inside.decrementAndGet();
+                } finally {
+                    m.release();
+                }
+            }
+            return null;
+        });
+        int total = Integer.parseInt(text(a.getData().forPath(counter)));
+        check(overlaps.get() == 0, overlaps + " overlapping holders");
+        check(total == 4 * rounds, "counter " + total + ", expected " + 4 * rounds + " (lost updates)");
+        // Re-entrant: the same holder twice, then released twice.
+        InterProcessMutex m = new InterProcessMutex(a, lock);
+        check(m.acquire(STEP_MS, TimeUnit.MILLISECONDS), "acquire");
+        check(m.acquire(STEP_MS, TimeUnit.MILLISECONDS), "re-entrant acquire");
+        m.release();
+        check(m.isAcquiredInThisProcess(), "held after one of two releases");
+        InterProcessMutex other = new InterProcessMutex(b, lock);
+        check(!other.acquire(300, TimeUnit.MILLISECONDS), "another client got a held lock");
+        m.release();
+        check(other.acquire(STEP_MS, TimeUnit.MILLISECONDS), "acquire after release");
+        other.release();
+        return "4 holders x " + rounds + " rounds, 0 overlaps, counter " + total + "; re-entrant";
+    }
+
+    static String readWriteLock(CuratorFramework a, CuratorFramework b) throws Exception {
+        String path = BASE + "/rwlock";
+        InterProcessReadWriteLock la = new InterProcessReadWriteLock(a, path);
+        InterProcessReadWriteLock lb = new InterProcessReadWriteLock(b, path);
+        check(la.readLock().acquire(STEP_MS, TimeUnit.MILLISECONDS), "read lock a");
+        check(lb.readLock().acquire(STEP_MS, TimeUnit.MILLISECONDS), "read lock b (readers share)");
+        // Curator's locks belong to the thread that took them: the writer
+        // takes and releases on its own thread.
+        CountDownLatch written = new CountDownLatch(1);
+        CountDownLatch letGo = new CountDownLatch(1);
+        Future<Boolean> writer = pool.submit(() -> {
+            if (!lb.writeLock().acquire(STEP_MS, TimeUnit.MILLISECONDS)) {
+                return false;
+            }
+            written.countDown();
+            letGo.await(STEP_MS, TimeUnit.MILLISECONDS);
+            lb.writeLock().release();
+            return true;
+        });
+        // The writer queues behind both readers.
+        await(() -> children(a, path) == 3, "the writer's node");
+        check(written.getCount() == 1, "writer got in while readers held");
+        la.readLock().release();
+        lb.readLock().release();
+        check(written.await(STEP_MS, TimeUnit.MILLISECONDS), "write lock not granted");
+        check(!la.readLock().acquire(300, TimeUnit.MILLISECONDS), "a reader got in while a writer held");
+        letGo.countDown();
+        check(within(writer, "the writer's release"), "write lock not granted");
+        check(la.readLock().acquire(STEP_MS, TimeUnit.MILLISECONDS), "read lock after the writer");
+        la.readLock().release();
+        return "2 readers shared, writer waited for both, excluded a reader";
+    }
+
+    static int children(CuratorFramework c, String path) {
+        try {
+            return c.getChildren().forPath(path).size();
+        } catch (Exception e) {
+            return -1;
+        }
+    }
+
+    /** Two leases: a third waits (and times out) until one is returned. */
+    static String semaphore(CuratorFramework a, CuratorFramework b) throws Exception {
+        String path = BASE + "/semaphore";
+        InterProcessSemaphoreV2 sa = new InterProcessSemaphoreV2(a, path, 2);
+        InterProcessSemaphoreV2 sb = new InterProcessSemaphoreV2(b, path, 2);
+        Lease l1 = sa.acquire(STEP_MS, TimeUnit.MILLISECONDS);
+        Lease l2 = sb.acquire(STEP_MS, TimeUnit.MILLISECONDS);
+        check(l1 != null && l2 != null, "two leases of two");
+        check(sa.acquire(300, TimeUnit.MILLISECONDS) == null, "a third lease of two was granted");
+        Future<Lease> waiter = pool.submit(() -> sb.acquire(STEP_MS, TimeUnit.MILLISECONDS));
+        await(() -> children(a, path + "/leases") == 3, "the waiter's lease node");
+        check(!waiter.isDone(), "the waiter got a lease while both were out");
+        sa.returnLease(l1);
+        Lease l3 = within(waiter, "the freed lease");
+        check(l3 != null, "the waiter got no lease after one was returned");
+        int holders = sa.getParticipantNodes().size();
+        check(holders == 2, holders + " participant nodes, expected 2");
+        sb.returnLease(l2);
+        sb.returnLease(l3);
+        // Under contention: four workers, never more than two at once.
+        AtomicInteger inside = new AtomicInteger();
+        AtomicInteger most = new AtomicInteger();
+        AtomicInteger next = new AtomicInteger();
+        together(4, () -> {
+            InterProcessSemaphoreV2 s = next.getAndIncrement() % 2 == 0 ? sa : sb;
+            for (int i = 0; i < 5; i++) {
+                Lease l = s.acquire(STEP_MS, TimeUnit.MILLISECONDS);
+                check(l != null, "lease timed out");
+                int now = inside.incrementAndGet();
+                most.accumulateAndGet(now, Math::max);
+                a.checkExists().forPath(path);
+                inside.decrementAndGet();
+                s.returnLease(l);
+            }
+            return null;
+        });
+        check(most.get() <= 2, most + " leases out at once of 2");
+        return "2 of 2 granted, third waited until one came back; 4 workers x 5, at most " + most + " at once";
+    }
+
+    static String leaderLatch(CuratorFramework a, CuratorFramework b) throws Exception {
+        String path = BASE + "/latch";
+        LeaderLatch la = new LeaderLatch(a, path, "a");
+        LeaderLatch lb = new LeaderLatch(b, path, "b");
+        la.start();
+        lb.start();
+        await(() -> la.hasLeadership() ^ lb.hasLeadership(), "one leader of two");
+        LeaderLatch leader = la.hasLeadership() ? la : lb;
+        LeaderLatch other = leader == la ? lb : la;
+        await(() -> agreedLeader(la, lb).equals(leader.getId()), "both latches naming " + leader.getId());
+        check(!other.hasLeadership(), "two leaders");
+        String first = leader.getId();
+        leader.close();
+        check(other.await(STEP_MS, TimeUnit.MILLISECONDS), "the other latch did not take over");
+        other.close();
+        return first + " led, then " + other.getId() + " took over on close";
+    }
+
+    /** The leader id both latches see, or "" while they disagree. */
+    static String agreedLeader(LeaderLatch x, LeaderLatch y) {
+        try {
+            String l1 = x.getLeader().getId();
+            String l2 = y.getLeader().getId();
+            return l1.equals(l2) ? l1 : "";
+        } catch (Exception e) {
+            return "";
+        }
+    }
+
+    static String leaderSelector(CuratorFramework a, CuratorFramework b) throws Exception {
+        String path = BASE + "/selector";
+        AtomicInteger leading = new AtomicInteger();
+        AtomicInteger overlaps = new AtomicInteger();
+        List<String> turns = Collections.synchronizedList(new ArrayList<>());
+        BlockingQueue<String> done = new LinkedBlockingQueue<>();
+        List<LeaderSelector> selectors = new ArrayList<>();
+        for (String name : List.of("a", "b")) {
+            CuratorFramework c = name.equals("a") ? a : b;
+            LeaderSelector s = new LeaderSelector(c, path, new LeaderSelectorListenerAdapter() {
+                @Override
+                public void takeLeadership(CuratorFramework cl) throws Exception {
+                    if (leading.incrementAndGet() != 1) {
+                        overlaps.incrementAndGet();
+                    }
+                    turns.add(name);
+                    cl.checkExists().forPath(path);
+                    leading.decrementAndGet();
+                    done.add(name);
+                }
+            });
+            s.autoRequeue();
+            selectors.add(s);
+        }
+        selectors.forEach(LeaderSelector::start);
+        for (int i = 0; i < 6; i++) {
+            poll(done, "leadership turn " + (i + 1));
+        }
+        selectors.forEach(LeaderSelector::close);
+        List<String> seen;
+        synchronized (turns) {
+            seen = new ArrayList<>(turns);
+        }
+        check(overlaps.get() == 0, overlaps + " overlapping leaderships");
+        check(seen.contains("a") && seen.contains("b"), "one selector never led: " + seen);
+        return seen.size() + " turns, requeued, both led, 0 overlaps: " + seen;
+    }
+
+    static String barrier(CuratorFramework a, CuratorFramework b) throws Exception {
+        String path = BASE + "/barrier";
+        DistributedBarrier ba = new DistributedBarrier(a, path);
+        DistributedBarrier bb = new DistributedBarrier(b, path);
+        ba.setBarrier();
+        check(!bb.waitOnBarrier(300, TimeUnit.MILLISECONDS), "passed a set barrier");
+        Thread[] waiterThread = new Thread[1];
+        Future<Boolean> waiter = pool.submit(() -> {
+            waiterThread[0] = Thread.currentThread();
+            return bb.waitOnBarrier(STEP_MS, TimeUnit.MILLISECONDS);
+        });
+        // Once it waits (its watch set), take the barrier down: only the
+        // watch's event can wake it.
+        await(() -> waiterThread[0] != null && waiterThread[0].getState() == Thread.State.TIMED_WAITING,
+                "the waiter to wait");
+        ba.removeBarrier();
+        check(within(waiter, "the waiter"), "the waiter timed out after the barrier was removed");
+        return "blocked while set, released by removal";
+    }
+
+    static String doubleBarrier(CuratorFramework a, CuratorFramework b) throws Exception {
+        String path = BASE + "/double-barrier";
+        DistributedDoubleBarrier da = new DistributedDoubleBarrier(a, path, 2);
+        DistributedDoubleBarrier db = new DistributedDoubleBarrier(b, path, 2);
+        Future<Boolean> first = pool.submit(() -> da.enter(STEP_MS, TimeUnit.MILLISECONDS));
+        await(() -> children(b, path) >= 1, "the first member's node");
+        check(!first.isDone(), "entered alone");
+        check(db.enter(STEP_MS, TimeUnit.MILLISECONDS), "second member could not enter");
+        check(within(first, "the first member"), "first member did not enter");
+        Future<Boolean> leave = pool.submit(() -> da.leave(STEP_MS, TimeUnit.MILLISECONDS));
+        check(db.leave(STEP_MS, TimeUnit.MILLISECONDS), "second member could not leave");
+        check(within(leave, "the first member leaving"), "first member did not leave");
+        return "first waited for the second; both entered and left";
+    }
+
+    static String atomicLong(CuratorFramework a, CuratorFramework b) throws Exception {
+        String path = BASE + "/atomic-long";
+        DistributedAtomicLong xa = new DistributedAtomicLong(a, path, new RetryNTimes(50, 10));
+        DistributedAtomicLong xb = new DistributedAtomicLong(b, path, new RetryNTimes(50, 10));
+        AtomicInteger next = new AtomicInteger();
+        together(4, () -> {
+            DistributedAtomicLong x = next.getAndIncrement() % 2 == 0 ? xa : xb;
+            for (int i = 0; i < 10; i++) {
+                AtomicValue<Long> v = x.increment();
+                check(v.succeeded(), "increment did not succeed");
+            }
+            return null;
+        });
+        long value = xa.get().postValue();
+        check(value == 40, "value " + value + ", expected 40");
+        return "4 workers x 10 increments = " + value;
+    }
+
+    /**
+     * CuratorCache (addWatch PERSISTENT_RECURSIVE underneath): events for
+     * creates, changes and deletes below its path, made by another client.
+     */
+    static String curatorCache(CuratorFramework a, CuratorFramework b) throws Exception {
+        String path = BASE + "/cache";
+        a.create().creatingParentsIfNeeded().forPath(path, bytes("root"));
+        BlockingQueue<String> events = new LinkedBlockingQueue<>();
+        CuratorCache cache = CuratorCache.build(a, path);
+        cache.listenable().addListener(CuratorCacheListener.builder()
+                .forCreates(n -> events.add("create " + n.getPath() + " " + text(n.getData())))
+                .forChanges((old, n) -> events.add("change " + n.getPath() + " " + text(n.getData())))
+                .forDeletes(old -> events.add("delete " + old.getPath()))
+                .forInitialized(() -> events.add("initialized"))
+                .build());
+        cache.start();
+        try {
+            List<String> expected = new ArrayList<>();
+            List<String> seen = new ArrayList<>();
+            expect(events, seen, expected, "create " + path + " root");
+            expect(events, seen, expected, "initialized");
+            b.create().forPath(path + "/x", bytes("1"));
+            expect(events, seen, expected, "create " + path + "/x 1");
+            b.setData().forPath(path + "/x", bytes("2"));
+            expect(events, seen, expected, "change " + path + "/x 2");
+            b.create().forPath(path + "/x/y", bytes("3"));
+            expect(events, seen, expected, "create " + path + "/x/y 3");
+            b.delete().forPath(path + "/x/y");
+            expect(events, seen, expected, "delete " + path + "/x/y");
+            b.delete().forPath(path + "/x");
+            expect(events, seen, expected, "delete " + path + "/x");
+            check(cache.get(path + "/x").isEmpty(), "the cache still holds a deleted node");
+            return seen.size() + " events in order (create, change, nested create, deletes)";
+        } finally {
+            cache.close();
+        }
+    }
+
+    static void expect(BlockingQueue<String> events, List<String> seen, List<String> expected, String want)
+            throws InterruptedException {
+        expected.add(want);
+        String got = events.poll(STEP_MS, TimeUnit.MILLISECONDS);
+        if (got != null) {
+            seen.add(got);
+        }
+        check(want.equals(got), "expected events " + expected + ", got " + seen);
+    }
+
+    @SuppressWarnings("deprecation")
+    static String nodeCache(CuratorFramework a, CuratorFramework b) throws Exception {
+        String path = BASE + "/node-cache";
+        a.create().creatingParentsIfNeeded().forPath(BASE + "/node-cache-parent");
+        NodeCache cache = new NodeCache(a, path);
+        BlockingQueue<String> seen = new LinkedBlockingQueue<>();
+        cache.getListenable().addListener(() -> {
+            ChildData d = cache.getCurrentData();
+            seen.add(d == null ? "gone" : text(d.getData()));
+        });
+        cache.start(true);
+        try {
+            check(cache.getCurrentData() == null, "a missing node cached as present");
+            List<String> got = new ArrayList<>();
+            b.create().forPath(path, bytes("1"));
+            got.add(poll(seen, "the create"));
+            b.setData().forPath(path, bytes("2"));
+            got.add(poll(seen, "the change"));
+            b.delete().forPath(path);
+            got.add(poll(seen, "the delete"));
+            check(got.equals(List.of("1", "2", "gone")), "saw " + got);
+            return "create, change, delete seen: " + got;
+        } finally {
+            cache.close();
+        }
+    }
+
+    static String persistentNode(CuratorFramework a, CuratorFramework b) throws Exception {
+        String path = BASE + "/persistent/node";
+        a.create().creatingParentsIfNeeded().forPath(BASE + "/persistent");
+        PersistentNode node = new PersistentNode(a, CreateMode.EPHEMERAL, false, path, bytes("p1"));
+        node.start();
+        try {
+            check(node.waitForInitialCreate(STEP_MS, TimeUnit.MILLISECONDS), "not created");
+            check(text(b.getData().forPath(path)).equals("p1"), "wrong data");
+            long owner = b.checkExists().forPath(path).getEphemeralOwner();
+            check(owner == a.getZookeeperClient().getZooKeeper().getSessionId(), "not a's ephemeral");
+            // Someone deletes it: the recipe puts it back.
+            b.delete().forPath(path);
+            await(() -> exists(b, path), "the node to be recreated");
+            node.setData(bytes("p2"));
+            await(() -> data(b, path).equals("p2"), "the new data");
+        } finally {
+            node.close();
+        }
+        await(() -> !exists(b, path), "the node to go with close");
+        return "created, recreated after a delete, data updated, removed on close";
+    }
+
+    static boolean exists(CuratorFramework c, String path) {
+        try {
+            return c.checkExists().forPath(path) != null;
+        } catch (Exception e) {
+            return false;
+        }
+    }
+
+    static String data(CuratorFramework c, String path) {
+        try {
+            return text(c.getData().forPath(path));
+        } catch (Exception e) {
+            return "";
+        }
+    }
+
+    static String transaction(CuratorFramework a, CuratorFramework b) throws Exception {
+        String p = BASE + "/txn";
+        a.create().creatingParentsIfNeeded().forPath(p);
+        List<CuratorTransactionResult> results = a.transaction().forOperations(
+                a.transactionOp().create().forPath(p + "/x", bytes("1")),
+                a.transactionOp().create().withMode(CreateMode.PERSISTENT_SEQUENTIAL).forPath(p + "/seq-"),
+                a.transactionOp().setData().forPath(p + "/x", bytes("2")),
+                a.transactionOp().check().withVersion(1).forPath(p + "/x"));
+        check(results.size() == 4, results.size() + " results");
+        String seq = results.get(1).getResultPath();
+        check(seq != null && seq.startsWith(p + "/seq-"), "sequential path " + seq);
+        check(data(b, p + "/x").equals("2"), "x is " + data(b, p + "/x"));
+        // A failing check rolls back the create before it.
+        CuratorOp create = a.transactionOp().create().forPath(p + "/y");
+        CuratorOp badCheck = a.transactionOp().check().withVersion(99).forPath(p + "/x");
+        try {
+            a.transaction().forOperations(create, badCheck);
+            throw new IllegalStateException("a transaction with a failing check committed");
+        } catch (KeeperException.BadVersionException expected) {
+            // ZooKeeper's answer.
+        }
+        check(!exists(b, p + "/y"), "the rolled-back create is visible");
+        return "4 ops committed (create, sequential, set, check); a failing check rolled back";
+    }
+
+    /**
+     * Across a kill -9 of the leader: a mutex held by a client connected to
+     * the leader (when one can be placed there) with another queued, and
+     * two latches. After the kill the holder still holds (same session),
+     * the queued client gets the lock when released, and one latch leads.
+     */
+    static String acrossLeaderKill(CuratorFramework b) throws Exception {
+        int troublesBefore = troubles.size();
+        String lock = BASE + "/kill/lock";
+        String latchPath = BASE + "/kill/latch";
+        // The holder: a client connected to the leader (the driver names
+        // its ZooKeeper address in WARDEN_ZK_LEADER), so that the kill moves
+        // it: the Java client picks a server at random, so connect until
+        // one lands there.
+        CuratorFramework holder = holderOn(System.getenv("WARDEN_ZK_LEADER"));
+        InterProcessMutex held = new InterProcessMutex(holder, lock);
+        InterProcessMutex queued = new InterProcessMutex(b, lock);
+        check(held.acquire(STEP_MS, TimeUnit.MILLISECONDS), "holder's acquire");
+        // The queued client takes and releases on its own thread.
+        CountDownLatch got = new CountDownLatch(1);
+        CountDownLatch letGo = new CountDownLatch(1);
+        Future<Boolean> waiter = pool.submit(() -> {
+            if (!queued.acquire(120, TimeUnit.SECONDS)) {
+                return false;
+            }
+            got.countDown();
+            letGo.await(STEP_MS, TimeUnit.MILLISECONDS);
+            queued.release();
+            return true;
+        });
+        await(() -> children(b, lock) == 2, "the queued client's lock node");
+        long holderSession = holder.getZookeeperClient().getZooKeeper().getSessionId();
+        String holderServer = remoteServer(holder);
+
+        AtomicInteger leaders = new AtomicInteger();
+        AtomicInteger overlaps = new AtomicInteger();
+        LeaderLatch la = new LeaderLatch(holder, latchPath, "holder");
+        LeaderLatch lb = new LeaderLatch(b, latchPath, "b");
+        for (LeaderLatch l : List.of(la, lb)) {
+            l.addListener(new LeaderLatchListener() {
+                @Override
+                public void isLeader() {
+                    if (leaders.incrementAndGet() > 1) {
+                        overlaps.incrementAndGet();
+                    }
+                }
+
+                @Override
+                public void notLeader() {
+                    leaders.decrementAndGet();
+                }
+            });
+            l.start();
+        }
+        await(() -> la.hasLeadership() ^ lb.hasLeadership(), "one leader of two latches");
+        String before = la.hasLeadership() ? "holder" : "b";
+
+        System.out.println("KILL-LEADER holder-on=" + holderServer);
+        System.out.flush();
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        String said = in.readLine();
+        check(said != null && said.startsWith("killed "), "the driver did not kill the leader: " + said);
+        String victim = said.substring("killed ".length()).trim();
+
+        // The holder's session survives: connected again, same session, and
+        // the queued client still waits.
+        check(holder.blockUntilConnected((int) STEP_MS, TimeUnit.MILLISECONDS), "holder did not reconnect");
+        check(b.blockUntilConnected((int) STEP_MS, TimeUnit.MILLISECONDS), "b did not reconnect");
+        await(() -> !remoteServer(holder).equals(victim), "the holder to leave the killed server");
+        check(holder.getZookeeperClient().getZooKeeper().getSessionId() == holderSession,
+                "the holder's session changed");
+        check(held.isAcquiredInThisProcess(), "the holder lost the mutex");
+        check(got.getCount() == 1 && !waiter.isDone(), "the queued client got the lock while it was held");
+        await(() -> children(b, lock) == 2, "both lock nodes after the kill");
+        held.release();
+        check(got.await(STEP_MS, TimeUnit.MILLISECONDS), "the queued client never got the lock");
+        letGo.countDown();
+        check(within(waiter, "the queued client's release"), "the queued client never got the lock");
+
+        // The latches settle on one leader; closing it hands over.
+        await(() -> (la.hasLeadership() ^ lb.hasLeadership()) && !agreedLeader(la, lb).isEmpty(),
+                "one leader of two latches after the kill");
+        LeaderLatch leader = la.hasLeadership() ? la : lb;
+        LeaderLatch other = leader == la ? lb : la;
+        check(agreedLeader(la, lb).equals(leader.getId()), "latches disagree on the leader");
+        // NOTIFY_LEADER: its listener hears it step down (the default,
+        // SILENT, would leave the count of leaders at one).
+        leader.close(LeaderLatch.CloseMode.NOTIFY_LEADER);
+        check(other.await(STEP_MS, TimeUnit.MILLISECONDS), "the other latch did not take over");
+        other.close();
+        check(overlaps.get() == 0, overlaps + " moments with two latch leaders");
+
+        // And a fresh client takes the lock through the survivors.
+        InterProcessMutex fresh = new InterProcessMutex(client("after-kill"), lock);
+        check(fresh.acquire(STEP_MS, TimeUnit.MILLISECONDS), "a new client could not take the lock");
+        fresh.release();
+        boolean moved = holderServer.equals(victim);
+        return "killed " + victim + (moved ? " (the holder's server; it moved to " + remoteServer(holder) + ")" : "")
+                + ", session kept, lock held then handed over; latch: " + before + " led, then "
+                + leader.getId() + " then " + other.getId() + "; connection states "
+                + troubles.subList(troublesBefore, troubles.size());
+    }
+
+    /** A new client connected to `server` (any server if null), tries bounded. */
+    static CuratorFramework holderOn(String server) throws Exception {
+        for (int i = 0; ; i++) {
+            CuratorFramework c = client("holder");
+            if (server == null || server.isEmpty() || remoteServer(c).equals(server) || i == 30) {
+                return c;
+            }
+            clients.remove(c);
+            c.close();
+        }
+    }
+
+    /** host:port of the server a client is connected to ("" if none). */
+    static String remoteServer(CuratorFramework c) {
+        try {
+            String s = c.getZookeeperClient().getZooKeeper().toString();
+            int at = s.indexOf("remoteserver:");
+            if (at < 0) {
+                return "";
+            }
+            String rest = s.substring(at + "remoteserver:".length()).split(" ")[0];
+            return rest.startsWith("/") ? rest.substring(1) : rest.replaceFirst("^[^/]*/", "");
+        } catch (Exception e) {
+            return "";
+        }
+    }
+}
