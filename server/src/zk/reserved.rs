@@ -180,6 +180,9 @@ pub fn config(status: &pb::ClusterStatusResponse) -> String {
     let version = out.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
+    // ZooKeeper reads the version as a signed long in hex (a zxid), and
+    // refuses the whole config if it does not fit: 63 bits.
+    let version = version & i64::MAX as u64;
     out.push_str(&format!("version={version:x}"));
     out
 }
@@ -214,13 +217,36 @@ mod tests {
             ]
         );
         let version = lines[2].strip_prefix("version=").unwrap();
-        assert!(u64::from_str_radix(version, 16).is_ok(), "{version}");
+        assert!(i64::from_str_radix(version, 16).is_ok(), "{version}");
         // Another membership, another version.
         let fewer = pb::ClusterStatusResponse {
             members: vec![member(1, true, "127.0.0.1:2181")],
             ..Default::default()
         };
         assert_ne!(config(&fewer).lines().last(), Some(lines[2]));
+    }
+
+    /// ZooKeeper's parser (Curator's EnsembleTracker runs it) reads the
+    /// version with `Long.parseLong(v, 16)`: it must fit a signed long for
+    /// every membership, not only for half of them.
+    #[test]
+    fn the_config_version_is_a_positive_long() {
+        for n in 1..=64u64 {
+            let status = pb::ClusterStatusResponse {
+                members: (1..=n % 7 + 1)
+                    .map(|id| member(id * n, id % 2 == 0, "127.0.0.1:2181"))
+                    .collect(),
+                ..Default::default()
+            };
+            let text = config(&status);
+            let version = text
+                .lines()
+                .last()
+                .unwrap()
+                .strip_prefix("version=")
+                .unwrap();
+            assert!(i64::from_str_radix(version, 16).is_ok(), "{version}");
+        }
     }
 
     #[test]
