@@ -278,6 +278,12 @@ fn zkcli_command_set() {
             "create -s /q/seq- s",
             "create -c /q/box",
             "create -t 60000 /q/ttl t",
+            "create /p",
+            "addWatch -m PERSISTENT /p",
+            "set /p 1",
+            "set /p 2",
+            "create /p/c",
+            "create /p/c/below",
             "addWatch -m PERSISTENT_RECURSIVE /q",
             "set /q/a y",
             "create /q/a/deep z",
@@ -317,6 +323,16 @@ fn zkcli_command_set() {
         (
             "addWatch: recursive",
             has("WatchedEvent state:SyncConnected type:NodeCreated path:/q/a/deep"),
+        ),
+        // A persistent watch fires every time, for the node and its
+        // children, not for grandchildren.
+        (
+            "addWatch -m PERSISTENT: fires again",
+            all.matches("type:NodeDataChanged path:/p\n").count() == 2,
+        ),
+        (
+            "addWatch -m PERSISTENT: children",
+            has("type:NodeChildrenChanged path:/p\n") && !has("path:/p/c/below"),
         ),
         // a, e1, seq-, box, ttl, a/deep
         ("getAllChildrenNumber", has_line("6")),

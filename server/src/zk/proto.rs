@@ -374,6 +374,14 @@ fn decode_multi(r: &mut Reader<'_>) -> Result<(Op, Reply), DecodeError> {
             }),
             other => return Err(DecodeError::Unsupported(other)),
         };
+        // Writes to ZooKeeper's own subtree are refused in a multi too:
+        // the whole multi, before any of it reaches the tree.
+        match &op {
+            pb::multi_op::Op::Create(c) => super::reserved::check_write(&c.path, true)?,
+            pb::multi_op::Op::Delete(d) => super::reserved::check_write(&d.path, false)?,
+            pb::multi_op::Op::SetData(d) => super::reserved::check_write(&d.path, false)?,
+            pb::multi_op::Op::Check(_) => {}
+        }
         ops.push(pb::MultiOp { op: Some(op) });
         kinds.push(kind);
     }
@@ -703,6 +711,39 @@ mod tests {
         let (code, body) = encode_response(&Reply::Plain(opcode::EXISTS), &resp);
         assert_eq!(code, -101);
         assert!(body.buf.is_empty());
+    }
+
+    /// A multi that writes below /zookeeper is refused whole, as a request
+    /// alone would be, and never reaches the tree.
+    #[test]
+    fn a_multi_writing_zookeepers_subtree_is_refused() {
+        let mut w = Writer::default();
+        // create /ok, then setData /zookeeper/config.
+        w.int(opcode::CREATE).boolean(false).int(-1);
+        w.buf.extend_from_slice(&create_body("/ok", 0, None));
+        w.int(opcode::SET_DATA).boolean(false).int(-1);
+        w.string("/zookeeper/config").buffer(b"x").int(-1);
+        w.int(-1).boolean(true).int(-1);
+        assert!(matches!(
+            decode_request(opcode::MULTI, &w.buf),
+            Err(DecodeError::Refused(ErrorCode::NoAuth, _))
+        ));
+        let mut w = Writer::default();
+        w.int(opcode::CREATE).boolean(false).int(-1);
+        w.buf
+            .extend_from_slice(&create_body("/zookeeper/mine", 0, None));
+        w.int(-1).boolean(true).int(-1);
+        assert!(matches!(
+            decode_request(opcode::MULTI, &w.buf),
+            Err(DecodeError::Refused(ErrorCode::NoAuth, _))
+        ));
+        // Elsewhere a multi passes.
+        let mut w = Writer::default();
+        w.int(opcode::CREATE).boolean(false).int(-1);
+        w.buf
+            .extend_from_slice(&create_body("/zookeeperish", 0, None));
+        w.int(-1).boolean(true).int(-1);
+        assert!(decode_request(opcode::MULTI, &w.buf).is_ok());
     }
 
     /// ZooKeeper 3.8's Java client deserializes an ErrorResponse from a

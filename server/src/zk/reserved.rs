@@ -86,8 +86,15 @@ pub fn route(op: Op, reply: Reply) -> Result<(Op, Reply), DecodeError> {
         Op::SetAcl(r) => (&r.path, false),
         _ => return Ok((op, reply)),
     };
+    check_write(path, creating)?;
+    Ok((op, reply))
+}
+
+/// Refuses a write to `path` (a create when `creating`) in the subtree,
+/// for a request alone or an op of a multi.
+pub fn check_write(path: &str, creating: bool) -> Result<(), DecodeError> {
     match node(path) {
-        None => Ok((op, reply)),
+        None => Ok(()),
         // ZooKeeper keeps quotas as nodes below /zookeeper/quota, written
         // by clients (zkCli's setquota). Warden has no quotas: say so,
         // rather than "no permission".
@@ -95,9 +102,10 @@ pub fn route(op: Op, reply: Reply) -> Result<(Op, Reply), DecodeError> {
             ErrorCode::Unimplemented,
             format!("{path}: quotas are not supported"),
         )),
-        Some(n) if creating && n != Node::Missing => {
-            Err(DecodeError::Refused(ErrorCode::NodeExists, path.clone()))
-        }
+        Some(n) if creating && n != Node::Missing => Err(DecodeError::Refused(
+            ErrorCode::NodeExists,
+            path.to_string(),
+        )),
         Some(_) => Err(DecodeError::Refused(
             ErrorCode::NoAuth,
             format!("{path}: ZooKeeper's own subtree is read-only"),
