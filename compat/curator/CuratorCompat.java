@@ -699,6 +699,19 @@ public final class CuratorCompat {
         }
         await(() -> la.hasLeadership() ^ lb.hasLeadership(), "one leader of two latches");
         String before = la.hasLeadership() ? "holder" : "b";
+        // A CuratorCache on the holder's session: its persistent recursive
+        // watch must follow the session to the next server (setWatches2).
+        String cachePath = BASE + "/kill/cache";
+        holder.create().creatingParentsIfNeeded().forPath(cachePath);
+        BlockingQueue<String> cached = new LinkedBlockingQueue<>();
+        CuratorCache cache = CuratorCache.build(holder, cachePath);
+        cache.listenable().addListener(CuratorCacheListener.builder()
+                .forCreates(n -> cached.add(n.getPath()))
+                .forInitialized(() -> cached.add("initialized"))
+                .build());
+        cache.start();
+        poll(cached, "the cache's own node");
+        check("initialized".equals(poll(cached, "the cache's initialization")), "cache not initialized");
 
         System.out.println("KILL-LEADER holder-on=" + holderServer);
         System.out.flush();
@@ -735,13 +748,19 @@ public final class CuratorCompat {
         other.close();
         check(overlaps.get() == 0, overlaps + " moments with two latch leaders");
 
+        // The cache hears of a node made after the move, by another client.
+        b.create().forPath(cachePath + "/after-kill");
+        String heard = poll(cached, "the cache event after the kill");
+        check(heard.equals(cachePath + "/after-kill"), "the cache heard " + heard);
+        cache.close();
+
         // And a fresh client takes the lock through the survivors.
         InterProcessMutex fresh = new InterProcessMutex(client("after-kill"), lock);
         check(fresh.acquire(STEP_MS, TimeUnit.MILLISECONDS), "a new client could not take the lock");
         fresh.release();
         boolean moved = holderServer.equals(victim);
         return "killed " + victim + (moved ? " (the holder's server; it moved to " + remoteServer(holder) + ")" : "")
-                + ", session kept, lock held then handed over; latch: " + before + " led, then "
+                + ", session kept, lock held then handed over, its CuratorCache still hears; latch: " + before + " led, then "
                 + leader.getId() + " then " + other.getId() + "; connection states "
                 + troubles.subList(troublesBefore, troubles.size());
     }

@@ -171,6 +171,11 @@ fn unknown_opcodes_and_malformed_records_get_zookeeper_errors() {
     let mut zk = Jute::connect(server.zk_addr());
     // reconfig (16) is not supported: Unimplemented (-6), connection stays.
     assert_eq!(zk.call(1, 16, &[]), (1, -6));
+    // Nor SASL (102), nor 3.9's standalone check (13).
+    assert_eq!(zk.call(11, 102, &[]), (11, -6));
+    let mut w = Writer::default();
+    w.string("/").int(-1);
+    assert_eq!(zk.call(12, 13, &w.buf), (12, -6));
     // getData with a truncated record: MarshallingError (-5).
     assert_eq!(zk.call(2, 4, &[0, 0]), (2, -5));
     // An illegal path: BadArguments (-8), as ZooKeeper answers.
