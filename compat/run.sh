@@ -2,9 +2,11 @@
 # ZooKeeper clients nobody here wrote, against Warden's ZooKeeper port, as
 # Debian ships them: Apache Curator's recipes (curator/CuratorCompat.java,
 # on three nodes, across a leader kill -9), ZooKeeper's C client
-# (c/zk_basics.c) and zkCli.sh's command set. The tests that build and
-# drive them are server/tests/zk_clients.rs; this script installs what they
-# need and runs them, failing if any recipe or check fails.
+# (c/zk_basics.c) and zkCli.sh's command set; and the differential test
+# against Apache ZooKeeper 3.8 itself. The tests that build and drive them
+# are server/tests/zk_clients.rs and zk_kazoo.rs's
+# differential_against_zookeeper; this script installs what they need and
+# runs them, failing if any recipe or check fails.
 #
 #   bash compat/run.sh              install what is missing, run the tests
 #   bash compat/run.sh --install-only
@@ -25,7 +27,7 @@ case "${1:-}" in
   "") ;;
   --install-only) mode=install ;;
   --ci) mode=ci ;;
-  -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
   *) echo "compat/run.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
 esac
 
@@ -74,4 +76,7 @@ fi
 [ "$mode" = run ] || exit 0
 
 cd "$top"
-WARDEN_COMPAT_REQUIRED=1 cargo test --locked -p warden-server --test zk_clients -- --nocapture --test-threads 1
+export WARDEN_COMPAT_REQUIRED=1
+cargo test --locked -p warden-server --test zk_clients -- --nocapture --test-threads 1
+# The differential test against ZooKeeper 3.8 itself (kazoo, from PyPI).
+cargo test --locked -p warden-server --test zk_kazoo differential_against_zookeeper -- --nocapture

@@ -421,24 +421,17 @@ fn decode_multi_read(r: &mut Reader<'_>) -> Result<(Op, Reply), DecodeError> {
     ))
 }
 
-/// ZooKeeper's `EphemeralType.CONTAINER_EPHEMERAL_OWNER` (Long.MIN_VALUE).
-pub const CONTAINER_EPHEMERAL_OWNER: i64 = i64::MIN;
-/// ZooKeeper's extended-type marker: the top byte of ephemeralOwner all
-/// ones (`EphemeralType.EXTENDED_MASK`); the next 16 bits name the type
-/// (TTL is 0), the low 40 bits carry its value.
-const EXTENDED_MASK: u64 = 0xFF00_0000_0000_0000;
-/// The largest TTL that encoding carries (`EphemeralType.TTL.maxValue()`).
-pub const TTL_MAX_MS: u64 = 0xFF_FFFF_FFFF;
-
-/// ephemeralOwner as ZooKeeper 3.8 reports it: the owning session for an
-/// ephemeral, Long.MIN_VALUE for a container, `0xFF00000000000000 | ttl`
-/// for a TTL node, 0 otherwise. The native protocol reports container and
-/// TTL in their own Stat fields instead.
+/// ephemeralOwner as ZooKeeper 3.8 reports it to clients: the owning
+/// session for an ephemeral, 0 otherwise, containers and TTL nodes
+/// included. ZooKeeper stores special values for those two
+/// (`EphemeralType`: Long.MIN_VALUE, `0xFF00000000000000 | ttl`) but
+/// `DataNode.copyStat` hides them from clients
+/// (`getClientEphemeralOwner`), and tools that take a non-zero owner for
+/// "ephemeral" rely on that. The native protocol reports container and
+/// TTL in their own Stat fields.
 pub fn zk_ephemeral_owner(s: &pb::Stat) -> i64 {
-    if s.container {
-        CONTAINER_EPHEMERAL_OWNER
-    } else if s.ttl_ms > 0 {
-        (EXTENDED_MASK | s.ttl_ms.min(TTL_MAX_MS)) as i64
+    if s.container || s.ttl_ms > 0 {
+        0
     } else {
         s.ephemeral_owner as i64
     }
@@ -683,7 +676,7 @@ mod tests {
     }
 
     #[test]
-    fn ephemeral_owner_encodes_container_and_ttl_as_zookeeper_does() {
+    fn ephemeral_owner_is_zero_for_containers_and_ttl_nodes_as_in_zookeeper() {
         let stat = |ephemeral_owner, container, ttl_ms| pb::Stat {
             ephemeral_owner,
             container,
@@ -692,14 +685,8 @@ mod tests {
         };
         assert_eq!(zk_ephemeral_owner(&stat(0x1234, false, 0)), 0x1234);
         assert_eq!(zk_ephemeral_owner(&stat(0, false, 0)), 0);
-        assert_eq!(
-            zk_ephemeral_owner(&stat(0, true, 0)) as u64,
-            0x8000_0000_0000_0000
-        );
-        assert_eq!(
-            zk_ephemeral_owner(&stat(0, false, 5000)) as u64,
-            0xFF00_0000_0000_1388
-        );
+        assert_eq!(zk_ephemeral_owner(&stat(0, true, 0)), 0);
+        assert_eq!(zk_ephemeral_owner(&stat(0, false, 5000)), 0);
     }
 
     #[test]
