@@ -15,9 +15,14 @@ What the operations cover:
 - containers and TTL nodes (also sequential), at names that never get
   children, so neither server removes them during the run: their create
   results and ephemeralOwner encodings;
-- watches (data, exists, child) set by the main session; after every
-  operation both sides are drained of the events it caused (a round trip,
-  then kazoo's callback queue), and the events are part of the result;
+- watches: one-shot data, exists and child watches set by the main
+  session, persistent and persistent-recursive ones (addWatch) set by the
+  bob session (it may read every node: Warden, like ZooKeeper 3.8.4 but
+  unlike Debian's 3.8.0 build, refuses addWatch without READ on an
+  existing node), removeWatches of 3.8's watcher types; after every
+  operation both sides are drained of the notifications it caused to
+  either session (as the server sent them: session, type and path, in
+  order), and those are part of the result;
 - sessions: a second session creates ephemerals and is closed and reopened
   (its ephemerals go, their watches fire);
 - ACLs: a session authenticated as digest user bob runs operations too,
@@ -37,7 +42,8 @@ import threading
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.protocol.serialization import Create2, int_struct, long_struct, write_buffer, write_string
-from kazoo.protocol.states import Callback
+from kazoo.protocol.serialization import Watch
+from kazoo.protocol.states import EVENT_TYPE_MAP
 from kazoo.security import OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
 STAT_FIELDS = ("version", "cversion", "aversion", "dataLength", "numChildren")
@@ -51,6 +57,8 @@ ACLS = {
 # that never do.
 NAMES = ["/a", "/b", "/a/x", "/a/y", "/b/z", "/a/x/q", "/c"]
 SPECIAL = ["/k", "/a/k", "/t", "/b/t"]
+# Where bob's addWatch is persistent-recursive; elsewhere it is persistent.
+RECURSIVE = ["/", "/b", "/a/x"]
 DEADLINE_S = 30
 
 
@@ -79,6 +87,47 @@ class CreateTTL:
         return Create2.deserialize(bytes, offset)
 
 
+class AddWatch:
+    """ZooKeeper's addWatch (opcode 106; mode 0 persistent, 1 persistent
+    recursive), which kazoo 2.11 does not offer. The result is the length
+    of the reply body (ZooKeeper: an ErrorResponse, 4 bytes)."""
+
+    type = 106
+
+    def __init__(self, path, mode):
+        self.path, self.mode = path, mode
+
+    def serialize(self):
+        return bytearray(write_string(self.path) + int_struct.pack(self.mode))
+
+    @classmethod
+    def deserialize(cls, bytes, offset):
+        return len(bytes) - offset
+
+
+class RemoveWatches:
+    """removeWatches (opcode 18): WatcherType 1 children, 2 data, 3 any,
+    4 persistent, 5 persistent recursive. No reply body."""
+
+    type = 18
+
+    def __init__(self, path, kind):
+        self.path, self.kind = path, kind
+
+    def serialize(self):
+        return bytearray(write_string(self.path) + int_struct.pack(self.kind))
+
+    @classmethod
+    def deserialize(cls, bytes, offset):
+        return len(bytes) - offset
+
+
+def raw_call(zk, request):
+    result = zk.handler.async_result()
+    zk._call(request, result)  # noqa: SLF001 - kazoo's own request path
+    return result.get(timeout=DEADLINE_S)
+
+
 def outcome(fn):
     try:
         return ("ok", fn())
@@ -102,12 +151,32 @@ class Side:
         self.zk.ensure_path(root)
         self.events = []
         self.lock = threading.Lock()
+        # Every notification the main and bob sessions receive, as the
+        # server sent it (kazoo itself passes on only those it has a
+        # one-shot watcher for, and knows no persistent watches).
+        for who, c in (("main", self.zk), ("bob", self.bob)):
+            self.record(who, c)
+
+    def record(self, who, c):
+        connection = c._connection  # noqa: SLF001
+        original = connection._read_watch_event  # noqa: SLF001
+
+        def read_watch_event(buffer, offset):
+            watch, _ = Watch.deserialize(buffer, offset)
+            with self.lock:
+                self.events.append((who, EVENT_TYPE_MAP[watch.type], self.rel(watch.path)))
+            return original(buffer, offset)
+
+        connection._read_watch_event = read_watch_event  # noqa: SLF001
 
     def clients(self):
         return {"main": self.zk, "bob": self.bob, "other": self.other}
 
     def rel(self, path):
         return path[len(self.root):] or "/"
+
+    def abs(self, path):
+        return self.root + path if path != "/" else self.root
 
     def owner(self, o):
         """ephemeralOwner as a name (a session) or ZooKeeper's encoding."""
@@ -125,39 +194,28 @@ class Side:
         out["owner"] = self.owner(stat.ephemeralOwner)
         return out
 
-    def watcher(self, tag):
-        def fire(event):
-            with self.lock:
-                self.events.append((tag, event.type, self.rel(event.path)))
-
-        return fire
-
     def drain(self):
-        """The watch events caused so far: a round trip on the main session
-        (ZooKeeper sends a notification before any later reply), then a
-        marker through kazoo's callback queue (events run in order)."""
+        """The notifications caused so far: a round trip on each recorded
+        session first (ZooKeeper sends a notification before any later
+        reply, and kazoo's reader records it before it hands over that
+        reply)."""
         self.zk.exists(self.root)
-        done = threading.Event()
-        self.zk.handler.dispatch_callback(Callback("watch", done.set, ()))
-        if not done.wait(DEADLINE_S):
-            raise RuntimeError("kazoo's callback queue did not drain")
+        self.bob.exists(self.root)
         with self.lock:
             out, self.events = self.events, []
-        # One notification reaches every kazoo watcher of its path, in the
-        # order of kazoo's own set of watchers (not the server's doing):
-        # compare the watchers of each notification as a sorted list.
-        groups = []
-        for tag, kind, path in out:
-            if groups and groups[-1][:2] == (kind, path):
-                groups[-1][2].append(tag)
-            else:
-                groups.append((kind, path, [tag]))
-        return [(kind, path, sorted(tags)) for kind, path, tags in groups]
+        # Each session's notifications in the order it got them; the two
+        # sessions' connections are not ordered with respect to each other.
+        return {who: [e[1:] for e in out if e[0] == who] for who in ("main", "bob") if any(e[0] == who for e in out)}
 
-    def run(self, i, op):
-        return (self.apply(i, op), self.drain())
+    def run(self, op):
+        result, events = self.apply(op), self.drain()
+        if op[0] == "reopen":
+            # A closed session's ephemerals go in no particular order
+            # (ZooKeeper walks a hash set).
+            events = {who: sorted(e) for who, e in events.items()}
+        return (result, events)
 
-    def apply(self, i, op):
+    def apply(self, op):
         r = self.root
         kind = op[0]
         if kind == "as":
@@ -165,12 +223,16 @@ class Side:
             return self.plain(self.clients()[who], inner)
         if kind == "watch":
             _, what, path = op
-            w = self.watcher(i)
+
+            def w(event):
+                pass
+
+            p = self.abs(path)
             if what == "data":
-                return outcome(lambda: (lambda d, s: (d, self.stat(s)))(*self.zk.get(r + path, watch=w)))
+                return outcome(lambda: (lambda d, s: (d, self.stat(s)))(*self.zk.get(p, watch=w)))
             if what == "exists":
-                return outcome(lambda: self.stat(self.zk.exists(r + path, watch=w)))
-            return outcome(lambda: sorted(self.zk.get_children(r + path, watch=w)))
+                return outcome(lambda: self.stat(self.zk.exists(p, watch=w)))
+            return outcome(lambda: sorted(self.zk.get_children(p, watch=w)))
         if kind == "special":
             _, flags, path, who = op
             c = self.clients()[who]
@@ -198,6 +260,13 @@ class Side:
         if kind == "setacl":
             _, who, path, acl, version = op
             return outcome(lambda: self.stat(self.clients()[who].set_acls(r + path, ACLS[acl], version=version)))
+        if kind == "addwatch":
+            _, path, mode = op
+            return outcome(lambda: raw_call(self.bob, AddWatch(self.abs(path), mode)))
+        if kind == "removewatches":
+            _, who, path, wtype = op
+            c = self.clients()[who]
+            return outcome(lambda: raw_call(c, RemoveWatches(self.abs(path), wtype)))
         if kind == "reopen":
             # Close the second session (its ephemerals go) and open another.
             self.other.stop()
@@ -226,7 +295,7 @@ class Side:
             return outcome(lambda: self.stat(zk.exists(r + path)))
         if kind == "children":
             _, path = op
-            return outcome(lambda: sorted(zk.get_children(r + path)))
+            return outcome(lambda: sorted(zk.get_children(self.abs(path))))
         if kind == "multi":
             _, ops = op
 
@@ -310,9 +379,22 @@ def random_op(rng):
         return ("special", flags, path, rng.choice(["main", "other"]))
     if k < 0.9:
         return ("getacl", rng.choice(["main", "bob"]), rng.choice(NAMES))
-    if k < 0.97:
+    if k < 0.95:
         who = rng.choice(["main", "bob"])
         return ("setacl", who, rng.choice(NAMES), rng.choice(list(ACLS)), rng.choice([-1, -1, 0, 1]))
+    if k < 0.97:
+        # One mode per path: ZooKeeper 3.8.0 keeps only the last mode a
+        # session set on a path (3.9 keeps each, as Warden does).
+        path = rng.choice(NAMES + ["/"])
+        return ("addwatch", path, 1 if path in RECURSIVE else 0)
+    if k < 0.98:
+        # ZooKeeper 3.8 knows watcher types 1-3 (children, data, any; 4 and
+        # 5 are 3.9's). Bob, who holds the persistent watches, removes with
+        # Any only: 3.8.0's Children and Data also strip a persistent watch
+        # of half its events, 3.9's (and Warden's) leave it alone.
+        if rng.random() < 0.5:
+            return ("removewatches", "bob", rng.choice(NAMES + ["/"]), 3)
+        return ("removewatches", "main", rng.choice(NAMES + ["/"]), rng.choice([1, 2, 3]))
     return ("reopen",)
 
 
@@ -331,9 +413,9 @@ def main():
     events = 0
     for i in range(args.ops):
         op = random_op(rng)
-        a, b = zk.run(i, op), wd.run(i, op)
+        a, b = zk.run(op), wd.run(op)
         kinds[op[0]] = kinds.get(op[0], 0) + 1
-        events += sum(len(tags) for _, _, tags in a[1])
+        events += sum(len(v) for v in a[1].values())
         if a != b:
             mismatches.append((i, op, a, b))
             if len(mismatches) >= 20:
