@@ -25,6 +25,7 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CountDownLatch;
@@ -57,7 +58,17 @@ import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
 import org.apache.curator.framework.recipes.locks.Lease;
+import org.apache.curator.framework.recipes.nodes.GroupMember;
 import org.apache.curator.framework.recipes.nodes.PersistentNode;
+import org.apache.curator.framework.recipes.nodes.PersistentTtlNode;
+import org.apache.curator.framework.recipes.queue.DistributedQueue;
+import org.apache.curator.framework.recipes.queue.QueueBuilder;
+import org.apache.curator.framework.recipes.queue.QueueConsumer;
+import org.apache.curator.framework.recipes.queue.QueueSerializer;
+import org.apache.curator.framework.recipes.shared.SharedCount;
+import org.apache.curator.framework.recipes.shared.SharedCountListener;
+import org.apache.curator.framework.recipes.shared.SharedCountReader;
+import org.apache.curator.framework.recipes.shared.VersionedValue;
 import org.apache.curator.framework.state.ConnectionState;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 import org.apache.curator.retry.RetryNTimes;
@@ -112,6 +123,10 @@ public final class CuratorCompat {
         recipe("NodeCache", () -> nodeCache(a, b));
         recipe("PersistentNode", () -> persistentNode(a, b));
         recipe("transaction", () -> transaction(a, b));
+        recipe("SharedCount", () -> sharedCount(a, b));
+        recipe("DistributedQueue", () -> queue(a, b));
+        recipe("GroupMember", () -> groupMember(a, b));
+        recipe("PersistentTtlNode", () -> persistentTtlNode(a, b));
         if (kill) {
             recipe("leader kill -9: InterProcessMutex + LeaderLatch", () -> acrossLeaderKill(b));
         }
@@ -287,9 +302,11 @@ public final class CuratorCompat {
             }
             return null;
         });
-        int total = Integer.parseInt(text(a.getData().forPath(counter)));
         check(overlaps.get() == 0, overlaps + " overlapping holders");
-        check(total == 4 * rounds, "counter " + total + ", expected " + 4 * rounds + " (lost updates)");
+        // a's server may apply b's last write a moment after b heard of it.
+        await(() -> data(a, counter).equals(Integer.toString(4 * rounds)),
+                "counter " + 4 * rounds + " (it is " + data(a, counter) + "; less: lost updates)");
+        int total = Integer.parseInt(data(a, counter));
         // Re-entrant: the same holder twice, then released twice.
         InterProcessMutex m = new InterProcessMutex(a, lock);
         check(m.acquire(STEP_MS, TimeUnit.MILLISECONDS), "acquire");
@@ -337,6 +354,22 @@ public final class CuratorCompat {
         return "2 readers shared, writer waited for both, excluded a reader";
     }
 
+    static int participants(InterProcessSemaphoreV2 s) {
+        try {
+            return s.getParticipantNodes().size();
+        } catch (Exception e) {
+            return -1;
+        }
+    }
+
+    static long atomicValue(DistributedAtomicLong x) {
+        try {
+            return x.get().postValue();
+        } catch (Exception e) {
+            return -1;
+        }
+    }
+
     static int children(CuratorFramework c, String path) {
         try {
             return c.getChildren().forPath(path).size();
@@ -360,8 +393,7 @@ public final class CuratorCompat {
         sa.returnLease(l1);
         Lease l3 = within(waiter, "the freed lease");
         check(l3 != null, "the waiter got no lease after one was returned");
-        int holders = sa.getParticipantNodes().size();
-        check(holders == 2, holders + " participant nodes, expected 2");
+        await(() -> participants(sa) == 2, "2 participant nodes (" + participants(sa) + ")");
         sb.returnLease(l2);
         sb.returnLease(l3);
         // Under contention: four workers, never more than two at once.
@@ -457,6 +489,9 @@ public final class CuratorCompat {
         DistributedBarrier ba = new DistributedBarrier(a, path);
         DistributedBarrier bb = new DistributedBarrier(b, path);
         ba.setBarrier();
+        // b may be on another server, which applies a's write a moment
+        // later (ZooKeeper's reads are not linearizable either).
+        await(() -> exists(b, path), "b to see the barrier");
         check(!bb.waitOnBarrier(300, TimeUnit.MILLISECONDS), "passed a set barrier");
         Thread[] waiterThread = new Thread[1];
         Future<Boolean> waiter = pool.submit(() -> {
@@ -500,8 +535,8 @@ public final class CuratorCompat {
             }
             return null;
         });
-        long value = xa.get().postValue();
-        check(value == 40, "value " + value + ", expected 40");
+        await(() -> atomicValue(xa) == 40, "value 40 (it is " + atomicValue(xa) + ")");
+        long value = atomicValue(xa);
         return "4 workers x 10 increments = " + value;
     }
 
@@ -587,7 +622,7 @@ public final class CuratorCompat {
         node.start();
         try {
             check(node.waitForInitialCreate(STEP_MS, TimeUnit.MILLISECONDS), "not created");
-            check(text(b.getData().forPath(path)).equals("p1"), "wrong data");
+            await(() -> data(b, path).equals("p1"), "b to read the node's data");
             long owner = b.checkExists().forPath(path).getEphemeralOwner();
             check(owner == a.getZookeeperClient().getZooKeeper().getSessionId(), "not a's ephemeral");
             // Someone deletes it: the recipe puts it back.
@@ -629,7 +664,7 @@ public final class CuratorCompat {
         check(results.size() == 4, results.size() + " results");
         String seq = results.get(1).getResultPath();
         check(seq != null && seq.startsWith(p + "/seq-"), "sequential path " + seq);
-        check(data(b, p + "/x").equals("2"), "x is " + data(b, p + "/x"));
+        await(() -> data(b, p + "/x").equals("2"), "b to read x = 2 (it is " + data(b, p + "/x") + ")");
         // A failing check rolls back the create before it.
         CuratorOp create = a.transactionOp().create().forPath(p + "/y");
         CuratorOp badCheck = a.transactionOp().check().withVersion(99).forPath(p + "/x");
@@ -641,6 +676,124 @@ public final class CuratorCompat {
         }
         check(!exists(b, p + "/y"), "the rolled-back create is visible");
         return "4 ops committed (create, sequential, set, check); a failing check rolled back";
+    }
+
+    static String sharedCount(CuratorFramework a, CuratorFramework b) throws Exception {
+        String path = BASE + "/shared-count";
+        SharedCount ca = new SharedCount(a, path, 0);
+        SharedCount cb = new SharedCount(b, path, 0);
+        BlockingQueue<Integer> heard = new LinkedBlockingQueue<>();
+        cb.addListener(new SharedCountListener() {
+            @Override
+            public void countHasChanged(SharedCountReader reader, int newCount) {
+                heard.add(newCount);
+            }
+
+            @Override
+            public void stateChanged(CuratorFramework client, ConnectionState state) {
+            }
+        });
+        ca.start();
+        cb.start();
+        try {
+            ca.setCount(5);
+            check(poll(heard, "the other client's count change") == 5, "b heard another count");
+            await(() -> cb.getCount() == 5, "b's count to be 5");
+            await(() -> ca.getCount() == 5, "a's count to be 5");
+            VersionedValue<Integer> stale = ca.getVersionedValue();
+            check(cb.trySetCount(cb.getVersionedValue(), 6), "a compare-and-set from the current version failed");
+            check(!ca.trySetCount(stale, 7), "a compare-and-set from a stale version succeeded");
+            await(() -> ca.getCount() == 6, "a's count to be 6");
+            return "set 5 heard by the other client; CAS from the current version won, from a stale one lost";
+        } finally {
+            ca.close();
+            cb.close();
+        }
+    }
+
+    static String queue(CuratorFramework a, CuratorFramework b) throws Exception {
+        String path = BASE + "/queue";
+        QueueSerializer<String> text = new QueueSerializer<String>() {
+            @Override
+            public byte[] serialize(String item) {
+                return bytes(item);
+            }
+
+            @Override
+            public String deserialize(byte[] raw) {
+                return text(raw);
+            }
+        };
+        BlockingQueue<String> consumed = new LinkedBlockingQueue<>();
+        QueueConsumer<String> consumer = new QueueConsumer<String>() {
+            @Override
+            public void consumeMessage(String item) {
+                consumed.add(item);
+            }
+
+            @Override
+            public void stateChanged(CuratorFramework client, ConnectionState state) {
+            }
+        };
+        DistributedQueue<String> producer = QueueBuilder.builder(a, null, text, path).buildQueue();
+        DistributedQueue<String> reader = QueueBuilder.builder(b, consumer, text, path).buildQueue();
+        producer.start();
+        reader.start();
+        try {
+            List<String> sent = new ArrayList<>();
+            for (int i = 0; i < 10; i++) {
+                sent.add("item-" + i);
+                producer.put("item-" + i);
+            }
+            List<String> got = new ArrayList<>();
+            for (int i = 0; i < 10; i++) {
+                got.add(poll(consumed, "item " + i));
+            }
+            check(got.equals(sent), "consumed " + got);
+            await(() -> children(a, path) == 0, "the queue to empty");
+            return "10 items from one client consumed in order by the other";
+        } finally {
+            producer.close();
+            reader.close();
+        }
+    }
+
+    static String groupMember(CuratorFramework a, CuratorFramework b) throws Exception {
+        String path = BASE + "/group";
+        GroupMember ma = new GroupMember(a, path, "a", bytes("pa"));
+        GroupMember mb = new GroupMember(b, path, "b", bytes("pb"));
+        ma.start();
+        mb.start();
+        try {
+            await(() -> ma.getCurrentMembers().keySet().equals(Set.of("a", "b"))
+                    && mb.getCurrentMembers().keySet().equals(Set.of("a", "b")), "both members seen by both");
+            check(text(ma.getCurrentMembers().get("b")).equals("pb"), "b's payload");
+            mb.close();
+            await(() -> ma.getCurrentMembers().keySet().equals(Set.of("a")), "b to leave a's view");
+            return "both saw both (with payloads); b's leaving seen";
+        } finally {
+            ma.close();
+            mb.close();
+        }
+    }
+
+    /** A container holding a TTL node: gone by itself, TTL then container, once closed. */
+    static String persistentTtlNode(CuratorFramework a, CuratorFramework b) throws Exception {
+        String path = BASE + "/ttl-node";
+        PersistentTtlNode node = new PersistentTtlNode(a, path, 1_000, bytes("alive"));
+        node.start();
+        try {
+            check(node.waitForInitialCreate(STEP_MS, TimeUnit.MILLISECONDS), "not created");
+            await(() -> data(b, path).equals("alive"), "the node's data");
+            // Its first touch (every ttl/2) makes the TTL child that keeps
+            // the container; closing stops the touches and deletes nothing.
+            await(() -> exists(b, path + "/touch"), "the TTL child");
+        } finally {
+            node.close();
+        }
+        // Nothing deletes it: its TTL child expires, then the emptied container goes.
+        await(() -> !exists(b, path), "the TTL node and its container to expire");
+        return "created (container + TTL child), touched, then expired on its own after close";
     }
 
     /**

@@ -181,7 +181,7 @@ async fn curator_recipes_on_three_nodes_across_a_leader_kill() {
         report()
     );
     assert!(killed.is_some(), "the program never asked for the kill");
-    assert_eq!(passed, 14, "every recipe reported:\n{}", report());
+    assert_eq!(passed, 18, "every recipe reported:\n{}", report());
 }
 
 /// ZooKeeper's C client (libzookeeper-mt): create, get, set, delete, ls,
