@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ZooKeeper clients nobody here wrote, against Warden's ZooKeeper port, as
-# Debian ships them: Apache Curator's recipes (curator/CuratorCompat.java,
+# Debian ships them: Apache Curator's recipes (curator/*.java,
 # on three nodes, across a leader kill -9), ZooKeeper's C client
 # (c/zk_basics.c) and zkCli.sh's command set; and the differential test
 # against Apache ZooKeeper 3.8 itself. The tests that build and drive them

@@ -1,5 +1,5 @@
 //! The ZooKeeper port driven by clients nobody here wrote, as Debian ships
-//! them: Apache Curator's recipes (`compat/curator/CuratorCompat.java`,
+//! them: Apache Curator's recipes (`compat/curator/*.java`,
 //! compiled with javac against `libcurator-*-java` and ZooKeeper 3.8's
 //! Java client) on three nodes across a leader kill -9; ZooKeeper's C
 //! client (`compat/c/zk_basics.c`, compiled with gcc against
@@ -105,12 +105,18 @@ async fn curator_recipes_on_three_nodes_across_a_leader_kill() {
         .collect::<Vec<_>>()
         .join(":");
     let work = tempfile::tempdir().unwrap();
+    let mut sources: Vec<PathBuf> = std::fs::read_dir(compat_dir().join("curator"))
+        .expect("compat/curator")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "java"))
+        .collect();
+    sources.sort();
     let javac = Command::new("javac")
         .args(["-Xlint:all,-path", "-Werror", "-d"])
         .arg(work.path())
         .arg("-cp")
         .arg(&classpath)
-        .arg(compat_dir().join("curator/CuratorCompat.java"))
+        .args(&sources)
         .output()
         .expect("run javac");
     assert!(
@@ -126,7 +132,7 @@ async fn curator_recipes_on_three_nodes_across_a_leader_kill() {
         .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
         .arg("-cp")
         .arg(format!("{}:{classpath}", work.path().display()))
-        .arg("CuratorCompat")
+        .arg("warden.compat.CuratorCompat")
         .arg(cluster.zk_servers())
         .env("WARDEN_ZK_LEADER", cluster.zk_addr(leader))
         .stdin(Stdio::piped())
