@@ -12,8 +12,9 @@
 #   bash compat/run.sh --install-only
 #   bash compat/run.sh --ci         install what is missing, except Java:
 #                                   exit 3 with the reason on stdout when
-#                                   Java is missing or nothing can be
-#                                   installed (.ci/run then skips them)
+#                                   Java is missing or what is missing
+#                                   cannot be installed (.ci/run then
+#                                   skips the tests, saying why)
 #
 # Installing needs root and apt-get (Debian 12: openjdk-17-jdk-headless,
 # libcurator-recipes-java, libslf4j-java, zookeeper, libzookeeper-mt-dev,
@@ -27,7 +28,7 @@ case "${1:-}" in
   "") ;;
   --install-only) mode=install ;;
   --ci) mode=ci ;;
-  -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
   *) echo "compat/run.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
 esac
 
@@ -70,8 +71,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   say "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }; then
+    why="apt-get could not install ${missing[*]}"
+    if [ "$mode" = ci ]; then
+      echo "$why"
+      exit 3
+    fi
+    say "$why"
+    exit 2
+  fi
 fi
 [ "$mode" = run ] || exit 0
 
