@@ -28,7 +28,7 @@ case "${1:-}" in
   "") ;;
   --install-only) mode=install ;;
   --ci) mode=ci ;;
-  -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
   *) echo "compat/run.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
 esac
 
