@@ -310,6 +310,7 @@ fn zkcli_command_set() {
             "get /q/a",
             "setquota -n 10 /q",
             "listquota /q",
+            "delquota /q",
             "reconfig -remove 3",
             "delete /q/a",
             "deleteall /q/a",
@@ -372,6 +373,7 @@ fn zkcli_command_set() {
             has("KeeperErrorCode = Unimplemented for /zookeeper/quota/q"),
         ),
         ("listquota: none", has("quota for /q does not exist.")),
+        ("delquota: none", has("Quota does not exist for /q")),
         (
             "reconfig: unsupported, said so",
             has_line("KeeperErrorCode = Unimplemented"),

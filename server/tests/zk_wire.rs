@@ -553,3 +553,124 @@ fn the_config_watch_fires_when_a_zookeeper_port_is_learned() {
     }
     println!("{incomplete} reads before every ZooKeeper port was known");
 }
+
+/// A ZooKeeper connection that resumes session `sid` (with its password)
+/// having seen `last_zxid`, as a client does after a dropped connection.
+fn resume(addr: &str, sid: i64, passwd: &[u8], last_zxid: i64) -> Jute {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut j = Jute(s);
+    let mut w = Writer::default();
+    w.int(0)
+        .long(last_zxid)
+        .int(10_000)
+        .long(sid)
+        .buffer(passwd)
+        .boolean(false);
+    j.send(&w.buf);
+    let body = j.recv().expect("ConnectResponse");
+    let mut r = Reader::new(&body);
+    r.int("protocolVersion").unwrap();
+    assert!(r.int("timeOut").unwrap() > 0, "session {sid:#x} resumed");
+    assert_eq!(r.long("sessionId").unwrap(), sid);
+    j
+}
+
+/// setWatches (opcode 101, xid -8), as ZooKeeper's clients send it on a
+/// new connection: the watches come back, and one whose node changed
+/// while the client was away fires at once.
+#[tokio::test]
+async fn set_watches_on_a_resumed_session() {
+    let server = Server::start();
+    let native = Client::connect(server.addr(), ConnectOptions::default())
+        .await
+        .unwrap();
+    for p in ["/sw", "/sw-missed"] {
+        native
+            .create(p, b"a", CreateOptions::default())
+            .await
+            .unwrap();
+    }
+    // First connection: note the session and the last zxid seen.
+    let s = TcpStream::connect(server.zk_addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut first = Jute(s);
+    let mut w = Writer::default();
+    w.int(0)
+        .long(0)
+        .int(10_000)
+        .long(0)
+        .buffer(&[0u8; 16])
+        .boolean(false);
+    first.send(&w.buf);
+    let body = first.recv().expect("ConnectResponse");
+    let mut r = Reader::new(&body);
+    r.int("protocolVersion").unwrap();
+    r.int("timeOut").unwrap();
+    let sid = r.long("sessionId").unwrap();
+    let passwd = r.buffer("passwd").unwrap();
+    let mut e = Writer::default();
+    e.string("/sw").boolean(false);
+    let mut req = Writer::default();
+    req.int(1).int(3);
+    req.buf.extend_from_slice(&e.buf);
+    first.send(&req.buf);
+    let reply = first.recv().expect("exists reply");
+    let mut r = Reader::new(&reply);
+    r.int("xid").unwrap();
+    let seen = r.long("zxid").unwrap();
+    drop(first);
+
+    // Away: /sw-missed changes.
+    native.set_data("/sw-missed", b"b", None).await.unwrap();
+
+    let mut second = resume(server.zk_addr(), sid, &passwd, seen);
+    let mut w = Writer::default();
+    w.long(seen)
+        .strings(&["/sw".to_string(), "/sw-missed".to_string()])
+        .strings(&["/sw-later".to_string()])
+        .strings(&[]);
+    let mut req = Writer::default();
+    req.int(-8).int(101);
+    req.buf.extend_from_slice(&w.buf);
+    second.send(&req.buf);
+    // The change made while away fires at once: its notification comes
+    // before the reply, as from ZooKeeper (which fires it while it sets
+    // the watches).
+    let mut frames = Vec::new();
+    for _ in 0..2 {
+        let body = second.recv().expect("a frame");
+        let mut r = Reader::new(&body);
+        let xid = r.int("xid").unwrap();
+        let _ = r.long("zxid").unwrap();
+        let err = r.int("err").unwrap();
+        let event = (xid == -1).then(|| {
+            let kind = r.int("type").unwrap();
+            let _ = r.int("state").unwrap();
+            (kind, r.string("path").unwrap())
+        });
+        frames.push((xid, err, event));
+    }
+    assert_eq!(
+        frames,
+        vec![(-1, 0, Some((3, "/sw-missed".to_string()))), (-8, 0, None)]
+    );
+    let next_event = |j: &mut Jute| -> (i32, String) {
+        let body = j.recv().expect("a notification");
+        let mut r = Reader::new(&body);
+        assert_eq!(r.int("xid").unwrap(), -1, "a watch notification");
+        let _ = r.long("zxid").unwrap();
+        let _ = r.int("err").unwrap();
+        let kind = r.int("type").unwrap();
+        let _ = r.int("state").unwrap();
+        (kind, r.string("path").unwrap())
+    };
+    // The others are set again and fire on the next change.
+    native.set_data("/sw", b"b", None).await.unwrap();
+    assert_eq!(next_event(&mut second), (3, "/sw".to_string()));
+    native
+        .create("/sw-later", b"", CreateOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(next_event(&mut second), (1, "/sw-later".to_string()));
+}
