@@ -171,8 +171,9 @@ pub fn encode(op: i32, node: Node, resp: &pb::Response) -> (i32, Writer) {
 /// quorum and election ports are equal, so the election port is given as
 /// 0: "none of its own". ZooKeeper's version is the
 /// zxid of the last reconfig; here it is a fingerprint (FNV-1a) of the
-/// member lines, so it changes exactly when the membership does and every
-/// member computes the same one.
+/// member lines, so it changes exactly when they do (membership, or a
+/// ZooKeeper port learned) and every member that knows every port computes
+/// the same one.
 pub fn config(status: &pb::ClusterStatusResponse) -> String {
     let mut members: Vec<&pb::MemberStatus> = status.members.iter().collect();
     members.sort_by_key(|m| m.id);
