@@ -163,7 +163,7 @@ async fn zookeeper_writes_on_a_follower_go_through_a_leader_kill() {
 #[test]
 fn kazoo_over_tls_on_the_secure_zookeeper_port() {
     let venv = venv();
-    let certs = warden_testkit::TlsCerts::generate(&["node"], &["alice"]);
+    let certs = warden_testkit::TlsCerts::generate(&["node"], &["alice", "bob"]);
     let server = Server::start_with(warden_testkit::ServerOptions {
         extra_args: certs.server_args("node", &[]),
         ..Default::default()
@@ -174,6 +174,8 @@ fn kazoo_over_tls_on_the_secure_zookeeper_port() {
         .env("WARDEN_TLS_CA", certs.ca())
         .env("WARDEN_TLS_CERT", certs.cert("alice"))
         .env("WARDEN_TLS_KEY", certs.key("alice"))
+        .env("WARDEN_TLS_CERT2", certs.cert("bob"))
+        .env("WARDEN_TLS_KEY2", certs.key("bob"))
         .output()
         .expect("run tls_run.py");
     let stdout = String::from_utf8_lossy(&out.stdout);
