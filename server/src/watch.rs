@@ -16,7 +16,9 @@
 //!   path and every descendant, never ChildrenChanged.
 //!
 //! One-shot watches are removed as they fire; each connection receives at
-//! most one copy of an event, however many of its watches match.
+//! most one copy of an event, however many of its watches match, and only
+//! if it may READ the node (ZooKeeper 3.8.4's rule, see
+//! [`WatchRegistry::recipients`]).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -290,10 +292,12 @@ impl WatchRegistry {
 
     /// Who hears `trigger`, one of the triggers of `applied` (just applied
     /// to `tree`), each connection once; one-shot watches that fire are
-    /// removed. A connection that hears of the node only through a
-    /// recursive watch on an ancestor hears of it only if it may READ the
-    /// node (ZooKeeper 3.8.4), judged by the ACL the node has now, or had
-    /// when it was deleted. `ids_of` gives a connection's identities.
+    /// removed. A connection hears of a node only if it may READ it,
+    /// judged by the ACL the node has now, or had when it was deleted (for
+    /// NodeChildrenChanged, the parent's), whichever watch matched: as
+    /// ZooKeeper 3.8.4 does since CVE-2024-23944 (`ServerCnxn.process`
+    /// checks READ for every watch event; a one-shot watch is used up all
+    /// the same). `ids_of` gives a connection's identities.
     pub fn recipients<'a>(
         &mut self,
         tree: &DataTree,
@@ -302,21 +306,19 @@ impl WatchRegistry {
         ids_of: impl Fn(ConnId) -> Option<&'a [AuthId]>,
     ) -> BTreeSet<ConnId> {
         let (mut conns, below) = self.fire_split(trigger.event, &trigger.path);
-        if below.is_empty() {
+        conns.extend(below);
+        if conns.is_empty() {
             return conns;
         }
         let acl = event_acl(tree, applied, trigger);
-        for conn in below {
+        conns.retain(|&conn| {
             // A node found nowhere (cannot happen) is not revealed.
-            let may_read = acl.is_some_and(|acl| {
+            acl.is_some_and(|acl| {
                 ids_of(conn).is_some_and(|ids| {
                     crate::tree::acl::allowed(acl, ids, warden_protocol::perms::READ)
                 })
-            });
-            if may_read {
-                conns.insert(conn);
-            }
-        }
+            })
+        });
         conns
     }
 
@@ -458,7 +460,7 @@ mod tests {
     }
 
     #[test]
-    fn recursive_watchers_hear_only_of_nodes_they_may_read() {
+    fn watchers_hear_only_of_nodes_they_may_read() {
         use crate::proto::{txn::Kind, CreateTxn, DeleteTxn, Txn};
         let secret = vec![Acl {
             perms: warden_protocol::perms::ALL,
@@ -481,22 +483,30 @@ mod tests {
         tree.apply(1, 0, &create("/a", warden_protocol::open_acl()));
         let mut r = WatchRegistry::default();
         // 1: alice, recursive on /a; 2: anonymous, recursive on /a;
-        // 3: anonymous, a data watch on the node itself.
+        // 3: anonymous, a data watch on the node itself (exists needs no
+        // permission); 4: alice, a data watch on it.
         r.add(1, WatchKind::PersistentRecursive, "/a");
         r.add(2, WatchKind::PersistentRecursive, "/a");
         r.add(3, WatchKind::Data, "/a/s");
+        r.add(4, WatchKind::Data, "/a/s");
         let ids = |conn: ConnId| -> Option<&[AuthId]> {
             match conn {
-                1 => Some(&alice),
+                1 | 4 => Some(&alice),
                 2 | 3 => Some(&[]),
                 _ => None,
             }
         };
         let applied = tree.apply(2, 0, &create("/a/s", secret.clone()));
         let heard = r.recipients(&tree, &applied, &applied.triggers[0], ids);
-        assert_eq!(heard.into_iter().collect::<Vec<_>>(), vec![1, 3]);
+        assert_eq!(heard.into_iter().collect::<Vec<_>>(), vec![1, 4]);
+        // 3's one-shot watch was used up, unheard, as in ZooKeeper.
+        assert!(!r
+            .paths_by_conn()
+            .iter()
+            .any(|(conn, _)| *conn == 3 || *conn == 4));
         // A deletion is judged by the ACL the node had.
         r.add(3, WatchKind::Data, "/a/s");
+        r.add(4, WatchKind::Data, "/a/s");
         let del = Txn {
             kind: Some(Kind::Delete(DeleteTxn {
                 path: "/a/s".into(),
@@ -511,7 +521,7 @@ mod tests {
             .find(|t| t.event == EventType::NodeDeleted)
             .unwrap();
         let heard = r.recipients(&tree, &applied, t, ids);
-        assert_eq!(heard.into_iter().collect::<Vec<_>>(), vec![1, 3]);
+        assert_eq!(heard.into_iter().collect::<Vec<_>>(), vec![1, 4]);
     }
 
     #[test]

@@ -5,7 +5,10 @@
 //! `tests/zk/cluster_run.py` against a 3-node cluster whose leader is killed
 //! mid-run, and `tests/zk/test_kazoo_cluster.py` (server_version,
 //! transactions, LockingQueue, null data, the packet limit, four-letter
-//! words and AdminServer commands) against a 3-node cluster.
+//! words and AdminServer commands) against a 3-node cluster; and
+//! `tests/zk/differential.py`, the same random operations against Apache
+//! ZooKeeper 3.8 and Warden, compared (when Java and Debian's `zookeeper`
+//! package are here).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -160,7 +163,7 @@ async fn zookeeper_writes_on_a_follower_go_through_a_leader_kill() {
 #[test]
 fn kazoo_over_tls_on_the_secure_zookeeper_port() {
     let venv = venv();
-    let certs = warden_testkit::TlsCerts::generate(&["node"], &["alice"]);
+    let certs = warden_testkit::TlsCerts::generate(&["node"], &["alice", "bob"]);
     let server = Server::start_with(warden_testkit::ServerOptions {
         extra_args: certs.server_args("node", &[]),
         ..Default::default()
@@ -171,6 +174,8 @@ fn kazoo_over_tls_on_the_secure_zookeeper_port() {
         .env("WARDEN_TLS_CA", certs.ca())
         .env("WARDEN_TLS_CERT", certs.cert("alice"))
         .env("WARDEN_TLS_KEY", certs.key("alice"))
+        .env("WARDEN_TLS_CERT2", certs.cert("bob"))
+        .env("WARDEN_TLS_KEY2", certs.key("bob"))
         .output()
         .expect("run tls_run.py");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -225,4 +230,116 @@ fn kazoo_acl_suite() {
         server.log()
     );
     assert!(stdout.contains("passed"), "{stdout}");
+}
+
+/// Apache ZooKeeper 3.8 (Debian's `zookeeper` package), standalone on a
+/// loopback port, for the differential test; stopped on drop.
+struct ZooKeeper {
+    child: std::process::Child,
+    addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl ZooKeeper {
+    const JAR: &'static str = "/usr/share/java/zookeeper.jar";
+
+    /// None (the test says why) without Java or the package; a failure
+    /// then under `WARDEN_COMPAT_REQUIRED=1` (`compat/run.sh`, CI with
+    /// Java).
+    fn start() -> Option<ZooKeeper> {
+        let java = Command::new("java")
+            .arg("-version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !java || !Path::new(Self::JAR).exists() {
+            let why = "differential test: missing java or Debian's zookeeper package \
+                       (bash compat/run.sh installs them)";
+            assert!(
+                std::env::var("WARDEN_COMPAT_REQUIRED").as_deref() != Ok("1"),
+                "{why}"
+            );
+            eprintln!("skipped: {why}");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let port = warden_testkit::free_ports(1)[0];
+        let cfg = dir.path().join("zoo.cfg");
+        std::fs::write(
+            &cfg,
+            format!(
+                "tickTime=2000\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
+                 admin.enableServer=false\n4lw.commands.whitelist=ruok\n",
+                dir.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.path().join("zk.log")).unwrap();
+        let child = Command::new("java")
+            // TTL nodes are an extended type, off by default.
+            .args(["-Xmx256m", "-Dzookeeper.extendedTypesEnabled=true", "-cp"])
+            .arg(format!(
+                "{}:/usr/share/java/slf4j-nop.jar:/etc/zookeeper/conf",
+                Self::JAR
+            ))
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(&cfg)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("run ZooKeeper");
+        let zk = ZooKeeper {
+            child,
+            addr: format!("127.0.0.1:{port}"),
+            _dir: dir,
+        };
+        let ruok = || -> bool {
+            let Ok(mut s) = std::net::TcpStream::connect(&zk.addr) else {
+                return false;
+            };
+            let mut answer = String::new();
+            s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                .is_ok()
+                && s.write_all(b"ruok").is_ok()
+                && std::io::Read::read_to_string(&mut s, &mut answer).is_ok()
+                && answer == "imok"
+        };
+        warden_testkit::wait_until(std::time::Duration::from_secs(60), "ZooKeeper", ruok);
+        Some(zk)
+    }
+}
+
+impl Drop for ZooKeeper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `tests/zk/differential.py`: the same seeded random operations through
+/// kazoo against ZooKeeper 3.8 and Warden, every result compared: values,
+/// errors, stats, sequential names, ACLs, containers and TTL nodes, multi,
+/// watch events (set by one session, fired by others), a second session
+/// closed and reopened, a digest-authenticated session.
+#[test]
+fn differential_against_zookeeper() {
+    let Some(zookeeper) = ZooKeeper::start() else {
+        return;
+    };
+    let venv = venv();
+    let server = Server::start();
+    for seed in ["1", "2"] {
+        let out = Command::new(venv.join("bin/python"))
+            .arg(zk_dir().join("differential.py"))
+            .args(["--zookeeper", &zookeeper.addr, "--warden", server.zk_addr()])
+            .args(["--seed", seed, "--ops", "1500"])
+            .output()
+            .expect("run differential.py");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        println!("{stdout}");
+        assert!(
+            out.status.success() && stdout.starts_with("ok: "),
+            "differential test, seed {seed}:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

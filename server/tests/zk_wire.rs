@@ -128,10 +128,13 @@ async fn persistent_recursive_watch_through_the_zookeeper_port() {
         .unwrap();
 
     let mut zk = Jute::connect(server.zk_addr());
-    // addWatch(path, mode 1 = PERSISTENT_RECURSIVE)
+    // addWatch(path, mode 1 = PERSISTENT_RECURSIVE): answered, as by
+    // ZooKeeper, with an ErrorResponse (one int, 0), which ZooKeeper's
+    // Java client reads (without it, it drops the connection).
     let mut w = Writer::default();
     w.string("/pw").int(1);
-    assert_eq!(zk.call(1, 106, &w.buf), (1, 0));
+    let reply = zk.call_body(1, 106, &w.buf);
+    assert_eq!(reply, vec![0, 0, 0, 0], "addWatch's ErrorResponse");
 
     // Written through the native door, seen through the ZooKeeper one.
     native
@@ -168,6 +171,11 @@ fn unknown_opcodes_and_malformed_records_get_zookeeper_errors() {
     let mut zk = Jute::connect(server.zk_addr());
     // reconfig (16) is not supported: Unimplemented (-6), connection stays.
     assert_eq!(zk.call(1, 16, &[]), (1, -6));
+    // Nor SASL (102), nor 3.9's standalone check (13).
+    assert_eq!(zk.call(11, 102, &[]), (11, -6));
+    let mut w = Writer::default();
+    w.string("/").int(-1);
+    assert_eq!(zk.call(12, 13, &w.buf), (12, -6));
     // getData with a truncated record: MarshallingError (-5).
     assert_eq!(zk.call(2, 4, &[0, 0]), (2, -5));
     // An illegal path: BadArguments (-8), as ZooKeeper answers.
@@ -392,8 +400,10 @@ fn zk_ephemeral_owner(zk: &mut Jute, xid: i32, path: &str) -> i64 {
     r.long("ephemeralOwner").unwrap()
 }
 
-/// Containers and TTL nodes: ZooKeeper 3.8's ephemeralOwner encodings on
-/// the ZooKeeper port, their own Stat fields (and owner 0) natively.
+/// Containers and TTL nodes: ephemeralOwner 0 on the ZooKeeper port, as
+/// ZooKeeper 3.8 reports them to clients (it keeps its special encodings
+/// to itself: the differential test compares against it); their own Stat
+/// fields (and owner 0) natively; an ephemeral's owner is its session.
 #[tokio::test]
 async fn ephemeral_owner_of_containers_and_ttl_nodes() {
     let server = Server::start();
@@ -421,12 +431,18 @@ async fn ephemeral_owner_of_containers_and_ttl_nodes() {
     assert_eq!((stat.ephemeral_owner, stat.ttl_ms), (0, 3_600_000));
 
     let mut zk = Jute::connect(server.zk_addr());
-    assert_eq!(zk_ephemeral_owner(&mut zk, 1, "/box"), i64::MIN);
-    assert_eq!(
-        zk_ephemeral_owner(&mut zk, 2, "/ttl") as u64,
-        0xFF00_0000_0000_0000 | 3_600_000
-    );
+    assert_eq!(zk_ephemeral_owner(&mut zk, 1, "/box"), 0);
+    assert_eq!(zk_ephemeral_owner(&mut zk, 2, "/ttl"), 0);
     assert_eq!(zk_ephemeral_owner(&mut zk, 3, "/plain"), 0);
+    let eph = CreateOptions {
+        ephemeral: true,
+        ..Default::default()
+    };
+    native.create("/eph", b"", eph).await.unwrap();
+    assert_eq!(
+        zk_ephemeral_owner(&mut zk, 4, "/eph") as u64,
+        native.session_id()
+    );
 }
 
 /// getData("/zookeeper/config", watch) on one member of a 3-node cluster:
@@ -485,4 +501,176 @@ async fn the_config_watch_fires_when_membership_changes() {
         "{after:?}"
     );
     assert_ne!(before.last(), after.last(), "the version changed");
+}
+
+/// getData("/zookeeper/config"), with or without a watch: its lines.
+fn read_config(zk: &mut Jute, xid: i32, watch: bool) -> Vec<String> {
+    let mut w = Writer::default();
+    w.string("/zookeeper/config").boolean(watch);
+    let reply = zk.call_body(xid, 4, &w.buf);
+    let data = Reader::new(&reply).buffer("data").unwrap();
+    String::from_utf8(data)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A member that has just started knows its peers' ZooKeeper ports only
+/// once their status reaches it: until then `/zookeeper/config` lacks
+/// their client part, and when it learns one the config watch fires (so
+/// Curator's EnsembleTracker, which reads the config when it connects,
+/// reads it again and finds every member's client address).
+#[test]
+fn the_config_watch_fires_when_a_zookeeper_port_is_learned() {
+    let mut cluster = warden_testkit::Cluster::start(3);
+    let mut incomplete = 0;
+    // A few restarts, to meet the moment at least once.
+    for round in 0..3 {
+        cluster.stop(1);
+        cluster.restart(1);
+        let mut zk = Jute::connect(cluster.zk_addr(1));
+        for xid in 1.. {
+            let lines = read_config(&mut zk, xid, true);
+            let servers = &lines[..lines.len() - 1];
+            if servers.len() == 3 && servers.iter().all(|l| l.contains(';')) {
+                break;
+            }
+            incomplete += 1;
+            // The next frame is the notification (the read timeout bounds
+            // the wait): without it the reader would keep the old config.
+            let body = zk.recv().unwrap_or_else(|| {
+                panic!("round {round}: no config watch event after reading {lines:?}")
+            });
+            let mut r = Reader::new(&body);
+            assert_eq!(r.int("xid").unwrap(), -1, "a watch notification");
+            let _ = r.long("zxid").unwrap();
+            let _ = r.int("err").unwrap();
+            assert_eq!(r.int("type").unwrap(), 3, "NodeDataChanged");
+            let _ = r.int("state").unwrap();
+            assert_eq!(r.string("path").unwrap(), "/zookeeper/config");
+        }
+    }
+    println!("{incomplete} reads before every ZooKeeper port was known");
+}
+
+/// A ZooKeeper connection that resumes session `sid` (with its password)
+/// having seen `last_zxid`, as a client does after a dropped connection.
+fn resume(addr: &str, sid: i64, passwd: &[u8], last_zxid: i64) -> Jute {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut j = Jute(s);
+    let mut w = Writer::default();
+    w.int(0)
+        .long(last_zxid)
+        .int(10_000)
+        .long(sid)
+        .buffer(passwd)
+        .boolean(false);
+    j.send(&w.buf);
+    let body = j.recv().expect("ConnectResponse");
+    let mut r = Reader::new(&body);
+    r.int("protocolVersion").unwrap();
+    assert!(r.int("timeOut").unwrap() > 0, "session {sid:#x} resumed");
+    assert_eq!(r.long("sessionId").unwrap(), sid);
+    j
+}
+
+/// setWatches (opcode 101, xid -8), as ZooKeeper's clients send it on a
+/// new connection: the watches come back, and one whose node changed
+/// while the client was away fires at once.
+#[tokio::test]
+async fn set_watches_on_a_resumed_session() {
+    let server = Server::start();
+    let native = Client::connect(server.addr(), ConnectOptions::default())
+        .await
+        .unwrap();
+    for p in ["/sw", "/sw-missed"] {
+        native
+            .create(p, b"a", CreateOptions::default())
+            .await
+            .unwrap();
+    }
+    // First connection: note the session and the last zxid seen.
+    let s = TcpStream::connect(server.zk_addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut first = Jute(s);
+    let mut w = Writer::default();
+    w.int(0)
+        .long(0)
+        .int(10_000)
+        .long(0)
+        .buffer(&[0u8; 16])
+        .boolean(false);
+    first.send(&w.buf);
+    let body = first.recv().expect("ConnectResponse");
+    let mut r = Reader::new(&body);
+    r.int("protocolVersion").unwrap();
+    r.int("timeOut").unwrap();
+    let sid = r.long("sessionId").unwrap();
+    let passwd = r.buffer("passwd").unwrap();
+    let mut e = Writer::default();
+    e.string("/sw").boolean(false);
+    let mut req = Writer::default();
+    req.int(1).int(3);
+    req.buf.extend_from_slice(&e.buf);
+    first.send(&req.buf);
+    let reply = first.recv().expect("exists reply");
+    let mut r = Reader::new(&reply);
+    r.int("xid").unwrap();
+    let seen = r.long("zxid").unwrap();
+    drop(first);
+
+    // Away: /sw-missed changes.
+    native.set_data("/sw-missed", b"b", None).await.unwrap();
+
+    let mut second = resume(server.zk_addr(), sid, &passwd, seen);
+    let mut w = Writer::default();
+    w.long(seen)
+        .strings(&["/sw".to_string(), "/sw-missed".to_string()])
+        .strings(&["/sw-later".to_string()])
+        .strings(&[]);
+    let mut req = Writer::default();
+    req.int(-8).int(101);
+    req.buf.extend_from_slice(&w.buf);
+    second.send(&req.buf);
+    // The change made while away fires at once: its notification comes
+    // before the reply, as from ZooKeeper (which fires it while it sets
+    // the watches).
+    let mut frames = Vec::new();
+    for _ in 0..2 {
+        let body = second.recv().expect("a frame");
+        let mut r = Reader::new(&body);
+        let xid = r.int("xid").unwrap();
+        let _ = r.long("zxid").unwrap();
+        let err = r.int("err").unwrap();
+        let event = (xid == -1).then(|| {
+            let kind = r.int("type").unwrap();
+            let _ = r.int("state").unwrap();
+            (kind, r.string("path").unwrap())
+        });
+        frames.push((xid, err, event));
+    }
+    assert_eq!(
+        frames,
+        vec![(-1, 0, Some((3, "/sw-missed".to_string()))), (-8, 0, None)]
+    );
+    let next_event = |j: &mut Jute| -> (i32, String) {
+        let body = j.recv().expect("a notification");
+        let mut r = Reader::new(&body);
+        assert_eq!(r.int("xid").unwrap(), -1, "a watch notification");
+        let _ = r.long("zxid").unwrap();
+        let _ = r.int("err").unwrap();
+        let kind = r.int("type").unwrap();
+        let _ = r.int("state").unwrap();
+        (kind, r.string("path").unwrap())
+    };
+    // The others are set again and fire on the next change.
+    native.set_data("/sw", b"b", None).await.unwrap();
+    assert_eq!(next_event(&mut second), (3, "/sw".to_string()));
+    native
+        .create("/sw-later", b"", CreateOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(next_event(&mut second), (1, "/sw-later".to_string()));
 }

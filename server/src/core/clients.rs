@@ -478,12 +478,13 @@ impl Clients {
         self.flush(conn, tree);
     }
 
-    /// `conn` hears once of the next membership change.
+    /// `conn` hears once of the next change of `/zookeeper/config`.
     pub fn watch_config(&mut self, conn: ConnId) {
         self.config_watchers.insert(conn);
     }
 
-    /// The membership changed at `zxid`: a NodeDataChanged on
+    /// The membership changed at `zxid`, or a member's ZooKeeper address
+    /// became known (both change `/zookeeper/config`): a NodeDataChanged on
     /// `/zookeeper/config` (the path the watch was asked on, through the
     /// ZooKeeper port) to each connection watching it, once.
     pub fn config_changed(&mut self, zxid: u64) {

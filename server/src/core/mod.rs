@@ -630,7 +630,20 @@ impl Core {
                 if from == self.m.leader_id {
                     self.m.leader_floor = st.log_floor;
                 }
+                // `/zookeeper/config` lists each member's ZooKeeper port,
+                // learned from here: a new one changes that node, and its
+                // watchers (Curator's EnsembleTracker) must hear of it.
+                let zk_addr_learned = !st.zk_addr.is_empty()
+                    && self
+                        .m
+                        .peer_status
+                        .get(&frame.from)
+                        .is_none_or(|(known, _)| known.zk_addr != st.zk_addr);
                 self.m.peer_status.insert(frame.from, (st, Instant::now()));
+                if zk_addr_learned {
+                    let zxid = self.m.tree.applied_index();
+                    self.m.clients.config_changed(zxid);
+                }
             }
             None => {}
         }

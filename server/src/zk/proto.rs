@@ -374,6 +374,14 @@ fn decode_multi(r: &mut Reader<'_>) -> Result<(Op, Reply), DecodeError> {
             }),
             other => return Err(DecodeError::Unsupported(other)),
         };
+        // Writes to ZooKeeper's own subtree are refused in a multi too:
+        // the whole multi, before any of it reaches the tree.
+        match &op {
+            pb::multi_op::Op::Create(c) => super::reserved::check_write(&c.path, true)?,
+            pb::multi_op::Op::Delete(d) => super::reserved::check_write(&d.path, false)?,
+            pb::multi_op::Op::SetData(d) => super::reserved::check_write(&d.path, false)?,
+            pb::multi_op::Op::Check(_) => {}
+        }
         ops.push(pb::MultiOp { op: Some(op) });
         kinds.push(kind);
     }
@@ -413,24 +421,17 @@ fn decode_multi_read(r: &mut Reader<'_>) -> Result<(Op, Reply), DecodeError> {
     ))
 }
 
-/// ZooKeeper's `EphemeralType.CONTAINER_EPHEMERAL_OWNER` (Long.MIN_VALUE).
-pub const CONTAINER_EPHEMERAL_OWNER: i64 = i64::MIN;
-/// ZooKeeper's extended-type marker: the top byte of ephemeralOwner all
-/// ones (`EphemeralType.EXTENDED_MASK`); the next 16 bits name the type
-/// (TTL is 0), the low 40 bits carry its value.
-const EXTENDED_MASK: u64 = 0xFF00_0000_0000_0000;
-/// The largest TTL that encoding carries (`EphemeralType.TTL.maxValue()`).
-pub const TTL_MAX_MS: u64 = 0xFF_FFFF_FFFF;
-
-/// ephemeralOwner as ZooKeeper 3.8 reports it: the owning session for an
-/// ephemeral, Long.MIN_VALUE for a container, `0xFF00000000000000 | ttl`
-/// for a TTL node, 0 otherwise. The native protocol reports container and
-/// TTL in their own Stat fields instead.
+/// ephemeralOwner as ZooKeeper 3.8 reports it to clients: the owning
+/// session for an ephemeral, 0 otherwise, containers and TTL nodes
+/// included. ZooKeeper stores special values for those two
+/// (`EphemeralType`: Long.MIN_VALUE, `0xFF00000000000000 | ttl`) but
+/// `DataNode.copyStat` hides them from clients
+/// (`getClientEphemeralOwner`), and tools that take a non-zero owner for
+/// "ephemeral" rely on that. The native protocol reports container and
+/// TTL in their own Stat fields.
 pub fn zk_ephemeral_owner(s: &pb::Stat) -> i64 {
-    if s.container {
-        CONTAINER_EPHEMERAL_OWNER
-    } else if s.ttl_ms > 0 {
-        (EXTENDED_MASK | s.ttl_ms.min(TTL_MAX_MS)) as i64
+    if s.container || s.ttl_ms > 0 {
+        0
     } else {
         s.ephemeral_owner as i64
     }
@@ -543,7 +544,13 @@ pub fn encode_response(reply: &Reply, resp: &pb::Response) -> (i32, Writer) {
                 w.string(&id.scheme).string(&zk_user(id));
             }
         }
-        // delete, ping, close, set/add/remove watches: no body.
+        // ZooKeeper answers addWatch with an ErrorResponse (one int, 0
+        // on success) and its Java client reads it: without it the client
+        // takes the short reply for a broken connection and reconnects.
+        (opcode::ADD_WATCH, _) => {
+            w.int(0);
+        }
+        // delete, ping, close, set/remove/check watches: no body.
         _ => {}
     }
     (0, w)
@@ -669,7 +676,7 @@ mod tests {
     }
 
     #[test]
-    fn ephemeral_owner_encodes_container_and_ttl_as_zookeeper_does() {
+    fn ephemeral_owner_is_zero_for_containers_and_ttl_nodes_as_in_zookeeper() {
         let stat = |ephemeral_owner, container, ttl_ms| pb::Stat {
             ephemeral_owner,
             container,
@@ -678,14 +685,8 @@ mod tests {
         };
         assert_eq!(zk_ephemeral_owner(&stat(0x1234, false, 0)), 0x1234);
         assert_eq!(zk_ephemeral_owner(&stat(0, false, 0)), 0);
-        assert_eq!(
-            zk_ephemeral_owner(&stat(0, true, 0)) as u64,
-            0x8000_0000_0000_0000
-        );
-        assert_eq!(
-            zk_ephemeral_owner(&stat(0, false, 5000)) as u64,
-            0xFF00_0000_0000_1388
-        );
+        assert_eq!(zk_ephemeral_owner(&stat(0, true, 0)), 0);
+        assert_eq!(zk_ephemeral_owner(&stat(0, false, 5000)), 0);
     }
 
     #[test]
@@ -696,6 +697,58 @@ mod tests {
         };
         let (code, body) = encode_response(&Reply::Plain(opcode::EXISTS), &resp);
         assert_eq!(code, -101);
+        assert!(body.buf.is_empty());
+    }
+
+    /// A multi that writes below /zookeeper is refused whole, as a request
+    /// alone would be, and never reaches the tree.
+    #[test]
+    fn a_multi_writing_zookeepers_subtree_is_refused() {
+        let mut w = Writer::default();
+        // create /ok, then setData /zookeeper/config.
+        w.int(opcode::CREATE).boolean(false).int(-1);
+        w.buf.extend_from_slice(&create_body("/ok", 0, None));
+        w.int(opcode::SET_DATA).boolean(false).int(-1);
+        w.string("/zookeeper/config").buffer(b"x").int(-1);
+        w.int(-1).boolean(true).int(-1);
+        assert!(matches!(
+            decode_request(opcode::MULTI, &w.buf),
+            Err(DecodeError::Refused(ErrorCode::NoAuth, _))
+        ));
+        let mut w = Writer::default();
+        w.int(opcode::CREATE).boolean(false).int(-1);
+        w.buf
+            .extend_from_slice(&create_body("/zookeeper/mine", 0, None));
+        w.int(-1).boolean(true).int(-1);
+        assert!(matches!(
+            decode_request(opcode::MULTI, &w.buf),
+            Err(DecodeError::Refused(ErrorCode::NoAuth, _))
+        ));
+        // Elsewhere a multi passes.
+        let mut w = Writer::default();
+        w.int(opcode::CREATE).boolean(false).int(-1);
+        w.buf
+            .extend_from_slice(&create_body("/zookeeperish", 0, None));
+        w.int(-1).boolean(true).int(-1);
+        assert!(decode_request(opcode::MULTI, &w.buf).is_ok());
+    }
+
+    /// ZooKeeper 3.8's Java client deserializes an ErrorResponse from a
+    /// successful addWatch: the reply carries one int, 0.
+    #[test]
+    fn add_watch_is_answered_with_an_error_response() {
+        // The core answers AddWatch with no result.
+        let resp = pb::Response::default();
+        let (code, body) = encode_response(&Reply::Plain(opcode::ADD_WATCH), &resp);
+        assert_eq!(code, 0);
+        assert_eq!(&body.buf[..], &[0, 0, 0, 0]);
+        // A failed addWatch has no body, as for every failed request.
+        let failed = pb::Response {
+            error: ErrorCode::NoAuth as i32,
+            ..Default::default()
+        };
+        let (code, body) = encode_response(&Reply::Plain(opcode::ADD_WATCH), &failed);
+        assert_eq!(code, -102);
         assert!(body.buf.is_empty());
     }
 

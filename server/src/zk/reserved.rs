@@ -9,10 +9,13 @@
 //! the answering server knows, in ZooKeeper's dynamic-config format (what
 //! `getConfig` and Curator's EnsembleTracker read). Writes anywhere in the
 //! subtree are refused (NoAuth, as ZooKeeper refuses writes to its
-//! read-only config node; NodeExists for creating one of the three).
+//! read-only config node; NodeExists for creating one of the three;
+//! Unimplemented below `/zookeeper/quota`, where ZooKeeper clients write
+//! quotas, which Warden does not have).
 //! A watch asked with getData or exists on `/zookeeper/config` fires
-//! (NodeDataChanged) once, when the membership next changes; other watches
-//! on these nodes are not set.
+//! (NodeDataChanged) once, when the membership next changes or the server
+//! learns a member's ZooKeeper port (the config then gains its client
+//! part); other watches on these nodes are not set.
 
 use warden_protocol::pb::{self, request::Op, response::Result as Res, ErrorCode};
 
@@ -22,6 +25,7 @@ use super::proto::{opcode, write_stat, zk_code, DecodeError, Reply};
 pub const ROOT: &str = "/zookeeper";
 pub const CONFIG: &str = "/zookeeper/config";
 pub const QUOTA: &str = "/zookeeper/quota";
+const QUOTA_PREFIX: &str = "/zookeeper/quota/";
 
 /// A path in the reserved subtree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,11 +86,26 @@ pub fn route(op: Op, reply: Reply) -> Result<(Op, Reply), DecodeError> {
         Op::SetAcl(r) => (&r.path, false),
         _ => return Ok((op, reply)),
     };
+    check_write(path, creating)?;
+    Ok((op, reply))
+}
+
+/// Refuses a write to `path` (a create when `creating`) in the subtree,
+/// for a request alone or an op of a multi.
+pub fn check_write(path: &str, creating: bool) -> Result<(), DecodeError> {
     match node(path) {
-        None => Ok((op, reply)),
-        Some(n) if creating && n != Node::Missing => {
-            Err(DecodeError::Refused(ErrorCode::NodeExists, path.clone()))
-        }
+        None => Ok(()),
+        // ZooKeeper keeps quotas as nodes below /zookeeper/quota, written
+        // by clients (zkCli's setquota). Warden has no quotas: say so,
+        // rather than "no permission".
+        Some(Node::Missing) if path.starts_with(QUOTA_PREFIX) => Err(DecodeError::Refused(
+            ErrorCode::Unimplemented,
+            format!("{path}: quotas are not supported"),
+        )),
+        Some(n) if creating && n != Node::Missing => Err(DecodeError::Refused(
+            ErrorCode::NodeExists,
+            path.to_string(),
+        )),
         Some(_) => Err(DecodeError::Refused(
             ErrorCode::NoAuth,
             format!("{path}: ZooKeeper's own subtree is read-only"),
@@ -144,21 +163,24 @@ pub fn encode(op: i32, node: Node, resp: &pb::Response) -> (i32, Writer) {
 }
 
 /// The membership in ZooKeeper's dynamic-config format: per member
-/// `server.ID=PEERHOST:PEERPORT:ELECTIONPORT:ROLE;ZKHOST:ZKPORT` (Warden
-/// has one peer port, given as both; voters are participants, learners
-/// observers; the client part is left out until the member has reported
-/// its ZooKeeper port), then `version=HEX`. ZooKeeper's version is the
+/// `server.ID=PEERHOST:PEERPORT:0:ROLE;ZKHOST:ZKPORT`, then `version=HEX`.
+/// Voters are participants, learners observers; the client part is left
+/// out until the member has reported its ZooKeeper port. Warden's Raft
+/// replicates and elects on one peer port, and ZooKeeper's parser (which
+/// Curator's EnsembleTracker runs on this text) refuses a line whose
+/// quorum and election ports are equal, so the election port is given as
+/// 0: "none of its own". ZooKeeper's version is the
 /// zxid of the last reconfig; here it is a fingerprint (FNV-1a) of the
-/// member lines, so it changes exactly when the membership does and every
-/// member computes the same one.
+/// member lines, so it changes exactly when they do (membership, or a
+/// ZooKeeper port learned) and every member that knows every port computes
+/// the same one.
 pub fn config(status: &pb::ClusterStatusResponse) -> String {
     let mut members: Vec<&pb::MemberStatus> = status.members.iter().collect();
     members.sort_by_key(|m| m.id);
     let mut out = String::new();
     for m in members {
-        let port = m.addr.rsplit(':').next().unwrap_or_default();
         let role = if m.voter { "participant" } else { "observer" };
-        out.push_str(&format!("server.{}={}:{port}:{role}", m.id, m.addr));
+        out.push_str(&format!("server.{}={}:0:{role}", m.id, m.addr));
         if !m.zk_addr.is_empty() {
             out.push_str(&format!(";{}", m.zk_addr));
         }
@@ -167,6 +189,9 @@ pub fn config(status: &pb::ClusterStatusResponse) -> String {
     let version = out.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
+    // ZooKeeper reads the version as a signed long in hex (a zxid), and
+    // refuses the whole config if it does not fit: 63 bits.
+    let version = version & i64::MAX as u64;
     out.push_str(&format!("version={version:x}"));
     out
 }
@@ -196,18 +221,41 @@ mod tests {
         assert_eq!(
             lines[..2],
             [
-                "server.1=127.0.0.1:7101:7101:participant;127.0.0.1:2181",
-                "server.2=127.0.0.1:7102:7102:observer",
+                "server.1=127.0.0.1:7101:0:participant;127.0.0.1:2181",
+                "server.2=127.0.0.1:7102:0:observer",
             ]
         );
         let version = lines[2].strip_prefix("version=").unwrap();
-        assert!(u64::from_str_radix(version, 16).is_ok(), "{version}");
+        assert!(i64::from_str_radix(version, 16).is_ok(), "{version}");
         // Another membership, another version.
         let fewer = pb::ClusterStatusResponse {
             members: vec![member(1, true, "127.0.0.1:2181")],
             ..Default::default()
         };
         assert_ne!(config(&fewer).lines().last(), Some(lines[2]));
+    }
+
+    /// ZooKeeper's parser (Curator's EnsembleTracker runs it) reads the
+    /// version with `Long.parseLong(v, 16)`: it must fit a signed long for
+    /// every membership, not only for half of them.
+    #[test]
+    fn the_config_version_is_a_positive_long() {
+        for n in 1..=64u64 {
+            let status = pb::ClusterStatusResponse {
+                members: (1..=n % 7 + 1)
+                    .map(|id| member(id * n, id % 2 == 0, "127.0.0.1:2181"))
+                    .collect(),
+                ..Default::default()
+            };
+            let text = config(&status);
+            let version = text
+                .lines()
+                .last()
+                .unwrap()
+                .strip_prefix("version=")
+                .unwrap();
+            assert!(i64::from_str_radix(version, 16).is_ok(), "{version}");
+        }
     }
 
     #[test]
@@ -227,6 +275,15 @@ mod tests {
         assert!(matches!(
             route(create, Reply::Plain(opcode::CREATE)),
             Err(DecodeError::Refused(ErrorCode::NodeExists, _))
+        ));
+        // zkCli's setquota creates nodes below /zookeeper/quota: no quotas.
+        let quota = Op::Create(pb::CreateRequest {
+            path: "/zookeeper/quota/app".into(),
+            ..Default::default()
+        });
+        assert!(matches!(
+            route(quota, Reply::Plain(opcode::CREATE)),
+            Err(DecodeError::Refused(ErrorCode::Unimplemented, _))
         ));
         let get = Op::GetData(pb::GetDataRequest {
             path: CONFIG.into(),

@@ -32,7 +32,7 @@ clientPort=$zk_port
 admin.enableServer=false
 4lw.commands.whitelist=*
 CFG
-java -Xmx512m -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar:/etc/zookeeper/conf \
+java -Xmx512m -Dzookeeper.extendedTypesEnabled=true -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar:/etc/zookeeper/conf \
   org.apache.zookeeper.server.quorum.QuorumPeerMain "$work/zoo.cfg" > "$work/zk.log" 2>&1 &
 "$top/target/debug/warden" serve --data-dir "$work/warden" --listen 127.0.0.1:0 \
   --peer-listen 127.0.0.1:0 --zk-listen 127.0.0.1:0 > "$work/warden.out" 2> "$work/warden.log" &

@@ -165,3 +165,25 @@ def test_auth_survives_a_reconnect(bob):
     wait_for("reconnected", lambda: KazooState.SUSPENDED in states and bob.state == KazooState.CONNECTED)
     bob.set("/zk-reconnect", b"v1")
     assert bob.get("/zk-reconnect")[0] == b"v1"
+
+
+def test_watch_events_need_read(anon, bob):
+    """exists needs no permission, so anon may watch a node it cannot read;
+    as in ZooKeeper 3.8.4 it hears nothing of that node, and the watch is
+    used up all the same (no event after the ACL opens either)."""
+    bob.create("/zk-hidden", b"x", acl=[make_digest_acl("bob", "bob-pw", all=True)])
+    bob.create("/zk-shown", b"x", acl=[make_acl("world", "anyone", all=True)])
+    hidden = []
+    assert anon.exists("/zk-hidden", watch=hidden.append) is not None
+    bob.set("/zk-hidden", b"y")
+    bob.set_acls("/zk-hidden", [make_acl("world", "anyone", all=True)])
+    bob.set("/zk-hidden", b"z")
+    # Events reach a connection in order and kazoo runs its callbacks in
+    # order: once a later watch on another node has fired, an event of the
+    # first would have run already.
+    shown = []
+    anon.get("/zk-shown", watch=shown.append)
+    bob.set("/zk-shown", b"y")
+    wait_for("the readable node's watch", lambda: shown)
+    assert hidden == [], hidden
+    assert shown[0].type == "CHANGED"

@@ -378,7 +378,7 @@ def test_zookeeper_subtree_and_config_on_every_node(zk):
         assert len(servers) == 3, lines
         for line in servers:
             assert re.fullmatch(
-                r"server\.\d+=127\.0\.0\.1:(\d+):\1:participant;127\.0\.0\.1:\d+", line
+                r"server\.\d+=127\.0\.0\.1:\d+:0:participant;127\.0\.0\.1:\d+", line
             ), line
         version = lines[-1]
         assert version.startswith("version=")
