@@ -223,6 +223,9 @@ enum Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if warden_log::parse_only() {
+        return ExitCode::SUCCESS;
+    }
     if let Err(e) = warden_log::init(&cli.log, warden_log::Level::Off) {
         eprintln!("error: BadArguments: {e}");
         return ExitCode::from(2);

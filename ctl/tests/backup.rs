@@ -2,7 +2,7 @@
 //! ACLs is backed up with `wardenctl snapshot save`, written to after the
 //! backup, stopped and wiped; node 1 is restored from the file with
 //! `warden restore` and started: the data and ACLs are there, the later
-//! write is not; nodes 2 and 3 then join it empty (README: "Backup,
+//! write is not; nodes 2 and 3 then join it empty (docs/operations.md: "Backup,
 //! restore, inspect"). A damaged backup file is refused naming it.
 
 #[allow(dead_code)]

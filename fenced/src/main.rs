@@ -40,6 +40,9 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if warden_log::parse_only() {
+        return ExitCode::SUCCESS;
+    }
     if let Err(e) = warden_log::init(&cli.log, Level::Info) {
         eprintln!("warden-fenced: {e}");
         return ExitCode::FAILURE;

@@ -1,5 +1,5 @@
 //! `warden-jepsen`: Warden's Jepsen-style test suite (see the crate docs and
-//! README's "Jepsen tests").
+//! docs/jepsen.md).
 //!
 //! Exit codes of `test` and `check`: 0 valid, 1 invalid, 2 unknown or could
 //! not run. `selftest`: 0 when every planted anomaly was caught, 1 if not.
@@ -216,6 +216,9 @@ fn test_opts(args: TestArgs) -> Result<TestOpts, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if warden_log::parse_only() {
+        return ExitCode::SUCCESS;
+    }
     if let Cmd::EphemeralHolder { args } = cli.command {
         let code = warden_jepsen::workloads::ephemeral::holder_main(args);
         return ExitCode::from(code.clamp(0, 255) as u8);

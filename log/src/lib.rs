@@ -35,6 +35,17 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("WARDEN_
 /// The git revision alone (`git 1a2b3c4d5e6f`, or `revision unknown`).
 pub const REVISION: &str = env!("WARDEN_GIT_REV");
 
+/// When this variable is set, a binary parses its command line and exits:
+/// 0 if it parses, clap's error and 2 if not, running nothing. The docs
+/// check (`ctl/tests/docs_commands.rs`) holds every documented command to
+/// its binary's parser this way.
+pub const PARSE_ONLY_ENV: &str = "WARDEN_PARSE_ONLY";
+
+/// Whether [`PARSE_ONLY_ENV`] is set.
+pub fn parse_only() -> bool {
+    std::env::var_os(PARSE_ONLY_ENV).is_some()
+}
+
 /// The environment variable of per-target filters.
 pub const FILTER_ENV: &str = "WARDEN_LOG";
 

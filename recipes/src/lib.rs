@@ -29,3 +29,9 @@ pub use lease::{Lease, LeaseLock, LeaseState, LeaseView, LeaseWatch};
 pub use mutex::{Holder, LockLost, Mutex, MutexGuard};
 pub use rwlock::{ReadWriteLock, RwLockGuard, RwLockHandle, RwLockMode, READ_KIND, WRITE_KIND};
 pub use semaphore::{Semaphore, SemaphoreLease, LEASE_KIND};
+
+/// The Rust examples of `docs/recipes.md`, compiled (and run, which only
+/// defines their functions) as doctests, so the page stays true to the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/recipes.md")]
+mod docs_recipes {}

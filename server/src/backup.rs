@@ -55,7 +55,7 @@ fn verify_format(dir: &Path, write_missing: bool) -> Result<(), String> {
                 return Err(format!(
                     "{}: data dir format {version} is newer than this warden ({}) reads \
                      (format {FORMAT_VERSION}); run a warden at least as new as the one that \
-                     wrote it (README: Upgrades)",
+                     wrote it (docs/operations.md: Upgrades)",
                     path.display(),
                     warden_log::VERSION
                 ));

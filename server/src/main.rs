@@ -92,6 +92,9 @@ fn parse() -> Result<Cli, String> {
     let matches = cmd
         .try_get_matches_from_mut(&argv)
         .unwrap_or_else(|e| e.exit());
+    if warden_log::parse_only() {
+        std::process::exit(0);
+    }
     let extra = match matches.subcommand() {
         Some(("serve", serve)) => match serve.get_one::<PathBuf>("config") {
             Some(file) => {

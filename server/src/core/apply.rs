@@ -101,7 +101,7 @@ impl ReadyHandler for Machine {
         let proposal = Proposal::decode(&entry.data[..]).map_err(|e| {
             format!(
                 "undecodable ({e}); this server's log is corrupt or from a newer version: \
-                 wipe its data dir and add it again (README: Storage faults)"
+                 wipe its data dir and add it again (docs/operations.md: Storage faults)"
             )
         })?;
         let txn = proposal.txn.unwrap_or_default();

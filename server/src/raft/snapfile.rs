@@ -54,7 +54,7 @@ fn damaged(path: &Path, detail: impl std::fmt::Display) -> StorageError {
         what: "snapshot file",
         detail: format!(
             "{}: {detail}; this server cannot trust its state: wipe its data dir \
-             and add it to the group again (README: Storage faults)",
+             and add it to the group again (docs/operations.md: Storage faults)",
             path.display()
         ),
     }

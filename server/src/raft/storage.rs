@@ -232,7 +232,7 @@ impl DiskStorage {
                 format!(
                     "entries up to {} (term {}) were synced, but {found}: the journal in {} \
                      lost synced entries (damaged on disk); wipe this server's data dir and \
-                     add it again (README: Storage faults)",
+                     add it again (docs/operations.md: Storage faults)",
                     mark.index,
                     mark.term,
                     dir.display()
