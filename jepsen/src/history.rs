@@ -325,6 +325,37 @@ impl FaultPeriod {
     }
 }
 
+/// The stretches that excuse a stall (no grant, no leader) in a liveness
+/// check: every fault that did not keep a majority up and connected, and
+/// every stretch where two or more faults were in force at once (with
+/// `--overlap`, a kill and a partition that each keep a majority may
+/// together leave none). `known` are faults the caller already has; the
+/// history's own are added. Sorted, without repeats.
+pub fn excusing_faults(known: &[FaultPeriod], events: &[Event]) -> Vec<(u64, Option<u64>)> {
+    let all: Vec<FaultPeriod> = known.iter().cloned().chain(fault_periods(events)).collect();
+    let mut out: Vec<(u64, Option<u64>)> = all
+        .iter()
+        .filter(|f| !f.majority_kept())
+        .map(|f| (f.start, f.end))
+        .collect();
+    let end = |e: Option<u64>| e.unwrap_or(u64::MAX);
+    for (i, a) in all.iter().enumerate() {
+        for b in &all[i + 1..] {
+            if a.start == b.start && a.end == b.end && a.kind == b.kind {
+                continue; // the same fault, known twice
+            }
+            let start = a.start.max(b.start);
+            let stop = end(a.end).min(end(b.end));
+            if start < stop {
+                out.push((start, (stop != u64::MAX).then_some(stop)));
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 /// The nemesis operation that starts each fault, and the one that ends it.
 pub const FAULTS: &[(&str, &str, &str)] = &[
     ("kill", "kill", "restart"),
@@ -373,6 +404,35 @@ pub fn fault_periods(events: &[Event]) -> Vec<FaultPeriod> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn overlapping_faults_excuse_a_stall_where_each_alone_does_not() {
+        let h = History::new();
+        let k = h.invoke(Process::NEMESIS, "kill", json!({"majority_kept": true}));
+        h.ok(&k, json!({"majority_kept": true}));
+        let p = h.invoke(
+            Process::NEMESIS,
+            "partition",
+            json!({"majority_kept": true}),
+        );
+        h.ok(&p, json!({"majority_kept": true}));
+        let r = h.invoke(Process::NEMESIS, "restart", Value::Null);
+        h.ok(&r, Value::Null);
+        let heal = h.invoke(Process::NEMESIS, "heal", Value::Null);
+        h.ok(&heal, Value::Null);
+        let events = h.events();
+        let periods = fault_periods(&events);
+        assert_eq!(periods.len(), 2);
+        let excused = excusing_faults(&[], &events);
+        // Each kept a majority; only the stretch with both in force counts.
+        assert_eq!(excused.len(), 1, "{excused:?}");
+        let (start, end) = excused[0];
+        assert_eq!(start, periods[1].start);
+        assert_eq!(end, periods[0].end);
+        // A fault known to the caller and found in the history again is
+        // not an overlap with itself.
+        assert_eq!(excusing_faults(&periods[..1], &events).len(), 1);
+    }
 
     #[test]
     fn events_round_trip_through_jsonl() {

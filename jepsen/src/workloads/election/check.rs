@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::checkers::{
     check_coverage, duplicate_tokens, expiry_excuses, token_order, GrantlessWindow, TokenSpan,
 };
-use crate::history::{fault_periods, pair, Event, Kind, Op};
+use crate::history::{pair, Event, Kind, Op};
 use crate::workload::{Anomaly, CheckCtx, CheckResult};
 use crate::workloads::lock::{keep_first_per_kind, liveness_bound};
 
@@ -291,15 +291,7 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
         .map(|o| o.completed_at().unwrap_or(o.invoke.time))
         .max()
         .unwrap_or(0);
-    let mut faults: Vec<(u64, Option<u64>)> = ctx
-        .faults
-        .iter()
-        .chain(fault_periods(events).iter())
-        .filter(|f| !f.majority_kept())
-        .map(|f| (f.start, f.end))
-        .collect();
-    faults.sort_unstable();
-    faults.dedup();
+    let faults = crate::history::excusing_faults(&ctx.faults, events);
     let bound = liveness_bound(ctx.session_timeout);
     let spans: Vec<(u64, u64)> = terms.iter().map(|t| (t.started_ns, t.ended_ns)).collect();
     let leaderless = check_coverage(&spans, &faults, from, to, bound.as_nanos() as u64);

@@ -254,15 +254,7 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
     let acquires: Vec<&Op> = ops.iter().filter(|o| o.invoke.f == "acquire").collect();
     let from = acquires.iter().map(|o| o.invoke.time).min().unwrap_or(0);
     let to = acquires.iter().map(|o| o.invoke.time).max().unwrap_or(0);
-    let mut faults: Vec<(u64, Option<u64>)> = ctx
-        .faults
-        .iter()
-        .chain(fault_periods(events).iter())
-        .filter(|f| !f.majority_kept())
-        .map(|f| (f.start, f.end))
-        .collect();
-    faults.sort_unstable();
-    faults.dedup();
+    let faults = crate::history::excusing_faults(&ctx.faults, events);
     let bound = liveness_bound(ttl_max);
     let granted_at: Vec<u64> = plain.iter().map(|g| g.granted_ns).collect();
     anomalies.extend(no_grant_anomalies(

@@ -44,7 +44,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::checkers::{check_lease, LeaseAnomaly, LeaseGrant};
-use crate::history::{fault_periods, pair, Event, History, Invocation, Kind, Op, Process};
+use crate::history::{pair, Event, History, Invocation, Kind, Op, Process};
 use crate::http::{post_json, Reply};
 use crate::workload::{Anomaly, CheckCtx, CheckResult, RunCtx};
 use crate::workloads::lock::{keep_first_per_kind, no_grant_anomalies, Fence};

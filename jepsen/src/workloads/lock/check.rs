@@ -174,14 +174,7 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
     let to = acquires.iter().map(|o| o.invoke.time).max().unwrap_or(0);
     // Only faults that take the majority down or apart excuse a stall: with
     // a majority up and connected, the lock must keep being granted.
-    let mut faults: Vec<(u64, Option<u64>)> = ctx
-        .faults
-        .iter()
-        .chain(fault_periods(events).iter())
-        .filter(|f| !f.majority_kept())
-        .map(|f| (f.start, f.end))
-        .collect();
-    faults.dedup();
+    let faults = crate::history::excusing_faults(&ctx.faults, events);
     let bound = liveness_bound(ctx.session_timeout);
     let granted_at: Vec<u64> = plain.iter().map(|g| g.acquired_ns).collect();
     anomalies.extend(no_grant_anomalies(

@@ -46,7 +46,7 @@ use warden_client::{Client, ConnectOptions, CreateOptions, ErrorCode, SessionSta
 use warden_recipes::{Error as RecipeError, LockLost, Mutex};
 
 use crate::checkers::{check_liveness, check_lock, Grant, LockAnomaly};
-use crate::history::{fault_periods, pair, Event, History, Invocation, Kind, Op, Process};
+use crate::history::{pair, Event, History, Invocation, Kind, Op, Process};
 use crate::workload::{Anomaly, CheckCtx, CheckResult, RunCtx};
 
 /// The lock every worker contends for.

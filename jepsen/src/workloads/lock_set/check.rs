@@ -8,7 +8,7 @@
 
 use serde_json::{json, Value};
 
-use crate::history::{fault_periods, pair, Event, Kind, Op};
+use crate::history::{pair, Event, Kind, Op};
 use crate::workload::{Anomaly, CheckCtx, CheckResult};
 use crate::workloads::lock::{keep_first_per_kind, liveness_bound, no_grant_anomalies};
 use crate::workloads::support::Planted;
@@ -94,15 +94,7 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
     let acquires: Vec<&Op> = ops.iter().filter(|o| o.invoke.f == "acquire").collect();
     let from = acquires.iter().map(|o| o.invoke.time).min().unwrap_or(0);
     let to = acquires.iter().map(|o| o.invoke.time).max().unwrap_or(0);
-    let mut faults: Vec<(u64, Option<u64>)> = ctx
-        .faults
-        .iter()
-        .chain(fault_periods(events).iter())
-        .filter(|f| !f.majority_kept())
-        .map(|f| (f.start, f.end))
-        .collect();
-    faults.sort_unstable();
-    faults.dedup();
+    let faults = crate::history::excusing_faults(&ctx.faults, events);
     let granted_at: Vec<u64> = acquires
         .iter()
         .filter(|o| o.outcome() == Kind::Ok)
