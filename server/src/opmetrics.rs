@@ -32,6 +32,9 @@ pub struct OpMetrics {
     /// entries each appending Ready wrote (the group-commit batch size).
     pub fsync_seconds: Histogram,
     pub append_batch_entries: Histogram,
+    /// Every recognised lock's figures, recorded where entries apply
+    /// (see `crate::lockstats`).
+    pub locks: crate::lockstats::LockMetrics,
 }
 
 fn latency_histogram() -> Histogram {
@@ -48,6 +51,7 @@ impl Default for OpMetrics {
             fsync_seconds: latency_histogram(),
             // 1 .. 32768 entries.
             append_batch_entries: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
+            locks: Default::default(),
         }
     }
 }
@@ -84,6 +88,7 @@ impl OpMetrics {
             "Entries written by each appending Ready (group-commit batch size)",
             self.append_batch_entries.clone(),
         );
+        self.locks.register(registry);
     }
 
     /// One answered request of kind `op` that took `took`.

@@ -161,6 +161,11 @@ pub enum CoreMsg {
     Freeze {
         reply: oneshot::Sender<Result<Frozen, String>>,
     },
+    /// A page of the recognised locks (`GET /api/v1/locks`).
+    Locks {
+        query: crate::lockstats::LockQuery,
+        reply: oneshot::Sender<crate::lockstats::LockPage>,
+    },
 }
 
 /// The tree frozen at `meta.index` (see [`CoreMsg::Freeze`]).
@@ -224,6 +229,8 @@ struct Machine {
     snapshot_wanted: bool,
     /// Request counts and latencies by operation.
     op_metrics: crate::opmetrics::OpMetrics,
+    /// Every recognised lock, and its figures.
+    locks: crate::lockstats::LockObserver,
     /// Proposals forwarded to the leader that its link did not take yet.
     forwards: forwards::Forwards,
     /// Bytes of entries applied since the last snapshot.
@@ -306,6 +313,9 @@ impl Core {
         }
         proposals::set_clock_offset_ms(cfg.clock_offset_ms);
         let clients = Clients::new(cfg.limits, op_metrics.clone());
+        // What the log holds up to its commit index is replayed, not new.
+        let replayed = raft.storage().hard_state().commit;
+        let locks = crate::lockstats::LockObserver::new(op_metrics.locks.clone(), &tree, replayed);
         Ok(Self {
             raft,
             m: Machine {
@@ -325,6 +335,7 @@ impl Core {
                 leader_changes: 0,
                 snapshot_wanted: false,
                 op_metrics,
+                locks,
                 forwards: forwards::Forwards::default(),
                 applied_bytes: 0,
                 leader_floor: 0,
