@@ -27,6 +27,7 @@ pub mod fuzzing;
 pub mod http;
 pub mod limits;
 pub mod local_cluster;
+pub mod lockstats;
 pub mod opmetrics;
 pub mod ops;
 pub mod outbound;

@@ -141,7 +141,7 @@ impl Gateway {
 
     /// The lease lock of the caller's session, connecting (and
     /// authenticating) it on first use.
-    async fn get(&self, headers: &HeaderMap) -> Result<LeaseLock, ApiError> {
+    pub(crate) async fn get(&self, headers: &HeaderMap) -> Result<LeaseLock, ApiError> {
         Ok(self.session(headers).await?.1)
     }
 

@@ -13,6 +13,7 @@ pub(crate) mod admin;
 mod contract;
 mod health;
 mod limited;
+mod lock_list;
 pub(crate) mod locks;
 mod metrics;
 mod process_metrics;
@@ -132,6 +133,7 @@ fn router(state: Arc<Http>) -> Router {
         .route("/commands/{name}", get(admin::command))
         .route("/api/v1/openapi.json", get(openapi))
         .route("/api/v1/snapshot", get(snapshot::snapshot))
+        .route("/api/v1/locks", get(lock_list::list))
         .route("/api/v1/locks/acquire", post(locks::acquire_alt))
         .route("/api/v1/locks/renew", post(locks::renew_alt))
         .route("/api/v1/locks/release", post(locks::release_alt))
