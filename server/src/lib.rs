@@ -24,6 +24,7 @@ pub mod conn;
 pub mod core;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod grpc;
 pub mod http;
 pub mod limits;
 pub mod local_cluster;

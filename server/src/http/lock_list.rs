@@ -28,7 +28,7 @@ use tokio::sync::oneshot;
 
 use super::{ApiError, Http};
 use crate::core::CoreMsg;
-use crate::lockstats::{Kind, LockQuery, PAGE_LIMIT_MAX};
+use crate::lockstats::{Kind, LockPage, LockQuery, PAGE_LIMIT_MAX};
 
 /// Locks per page unless `limit` says otherwise.
 const PAGE_LIMIT_DEFAULT: usize = 100;
@@ -130,6 +130,25 @@ async fn answer(
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     let Query(raw) = query.map_err(|e| bad(format!("malformed query string: {e}")))?;
+    let (page, linearizable) = page(http, &raw, headers).await?;
+    let mut body = serde_json::to_value(&page)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    body["consistency"] = Value::from(if linearizable {
+        "linearizable"
+    } else {
+        "local"
+    });
+    Ok(Json(body).into_response())
+}
+
+/// One page of the listing for the caller of `headers`, by the query's
+/// parameters (`raw`), and whether it was read linearizably: the HTTP
+/// door's and the gRPC door's (`crate::grpc`) listing.
+pub(crate) async fn page(
+    http: &Http,
+    raw: &HashMap<String, String>,
+    headers: &HeaderMap,
+) -> Result<(LockPage, bool), ApiError> {
     let Params {
         mut query,
         linearizable,
@@ -159,14 +178,7 @@ async fn answer(
         .await
         .map_err(|_| unavailable())?;
     let page = rx.await.map_err(|_| unavailable())?;
-    let mut body = serde_json::to_value(&page)
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    body["consistency"] = Value::from(if linearizable {
-        "linearizable"
-    } else {
-        "local"
-    });
-    Ok(Json(body).into_response())
+    Ok((page, linearizable))
 }
 
 #[cfg(test)]
