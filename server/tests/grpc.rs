@@ -19,7 +19,7 @@ use warden_protocol::lock::{
     AcquireRequest, GetRequest, HolderEvent, ListRequest, ReleaseRequest, RenewRequest,
     WatchRequest,
 };
-use warden_testkit::{Server, ServerOptions};
+use warden_testkit::{Server, ServerOptions, TlsCerts};
 
 /// Longest wait for any one answer or event.
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -557,4 +557,101 @@ async fn credentials_are_the_http_doors() {
     c.release(with_auth(release("jobs", "w1", token), &bob))
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn over_tls_with_the_servers_certificate() {
+    let certs = TlsCerts::generate(&["node"], &[]);
+    let server = Server::start_with(ServerOptions {
+        extra_args: certs.server_args("node", &["--grpc-listen", "127.0.0.1:0"]),
+        ..Default::default()
+    });
+    let addr = server.grpc_addr().expect("a gRPC port");
+    let ca = std::fs::read(certs.ca()).unwrap();
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(ca))
+        .domain_name("localhost");
+    let channel = Channel::from_shared(format!("https://{addr}"))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .expect("a TLS connection with ALPN h2");
+    let mut c = LockServiceClient::new(channel);
+    let lease = c
+        .acquire(acquire("tls", "w1", 30_000, 0))
+        .await
+        .expect("a grant over TLS")
+        .into_inner()
+        .lease
+        .unwrap();
+    let s = c.get(get("tls")).await.unwrap().into_inner();
+    assert_eq!(s.holder.unwrap().fencing_token, lease.fencing_token);
+
+    // Plaintext gRPC to the TLS port gets nowhere.
+    let plain = async {
+        let mut p = LockServiceClient::connect(format!("http://{addr}"))
+            .await
+            .map_err(|e| e.to_string())?;
+        p.get(get("tls")).await.map_err(|e| e.to_string())
+    };
+    let refused = soon("plaintext refused", plain).await;
+    assert!(refused.is_err(), "{refused:?}");
+}
+
+/// Server reflection (what `grpcurl` asks when it has no `.proto`): the
+/// service is listed and its file is described.
+#[tokio::test]
+async fn reflection_lists_and_describes_the_service() {
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+
+    let server = grpc_server(&[]);
+    let addr = server.grpc_addr().unwrap();
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut r = ServerReflectionClient::new(channel);
+    let ask = |m: MessageRequest| ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(m),
+    };
+    let asks = vec![
+        ask(MessageRequest::ListServices(String::new())),
+        ask(MessageRequest::FileContainingSymbol(
+            "warden.lock.v1.LockService".into(),
+        )),
+    ];
+    let mut answers = r
+        .server_reflection_info(futures::stream::iter(asks))
+        .await
+        .unwrap()
+        .into_inner();
+    let listed = soon("the service list", answers.message())
+        .await
+        .unwrap()
+        .unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = listed.message_response else {
+        panic!("{listed:?}");
+    };
+    let names: Vec<&str> = list.service.iter().map(|s| s.name.as_str()).collect();
+    assert!(names.contains(&"warden.lock.v1.LockService"), "{names:?}");
+    let described = soon("the file", answers.message()).await.unwrap().unwrap();
+    let Some(MessageResponse::FileDescriptorResponse(file)) = described.message_response else {
+        panic!("{described:?}");
+    };
+    use prost::Message as _;
+    let proto =
+        prost_types::FileDescriptorProto::decode(file.file_descriptor_proto[0].as_slice()).unwrap();
+    assert_eq!(proto.package(), "warden.lock.v1");
+    let methods: Vec<&str> = proto.service[0].method.iter().map(|m| m.name()).collect();
+    assert_eq!(
+        methods,
+        ["Acquire", "Renew", "Release", "Get", "List", "Watch"]
+    );
 }

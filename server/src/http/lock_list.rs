@@ -152,7 +152,7 @@ pub(crate) async fn page(
     let Params {
         mut query,
         linearizable,
-    } = params(&raw)?;
+    } = params(raw)?;
     let credentials = http.locks.credentials(headers)?;
     if let Some(c) = &credentials {
         query.ids = http
