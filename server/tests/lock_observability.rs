@@ -370,7 +370,7 @@ async fn locks_of_every_door_are_listed_and_counted_on_every_node() {
         // An HTTP lease left to lapse: removed by its TTL, counted as
         // expired (not released) on every node.
         let (status, short) = post(
-            &cluster.http_addr(a).to_string(),
+            cluster.http_addr(a),
             "/api/v1/locks/short/acquire",
             json!({"client_id": "sleepy", "ttl_ms": 300, "wait_timeout_ms": 0}),
         );

@@ -334,11 +334,11 @@ impl LockObserver {
             self.metrics
                 .granted(t.kind, handoff, waited_ms.max(0) as f64 / 1000.0);
         }
+        for t in &touched {
+            self.publish(t.kind);
+        }
         // Kept for the next entry's (its capacity with it).
         self.touched = touched;
-        for kind in Kind::ALL {
-            self.publish(kind);
-        }
     }
 
     /// Sets `kind`'s gauges to the index.
