@@ -7,6 +7,8 @@
 //! Every wait is for a condition or a message with a deadline: no sleeps
 //! for synchronisation, no timing asserted.
 
+mod common;
+
 use std::future::Future;
 use std::time::Duration;
 
@@ -195,6 +197,44 @@ async fn acquire_renew_release_reentry_and_stale_tokens() {
         Code::FailedPrecondition,
         "has lapsed or was released",
     );
+}
+
+/// One lock API behind two doors: a lease taken over gRPC is the HTTP
+/// API's (re-entered there with the same token, released there).
+#[tokio::test]
+async fn grpc_and_http_share_the_locks() {
+    use common::http::{get_json, post};
+    use serde_json::json;
+
+    let server = grpc_server(&[]);
+    let http = server.http_addr();
+    let mut c = client(&server).await;
+    let lease = c
+        .acquire(acquire("shared", "w1", 30_000, 0))
+        .await
+        .unwrap()
+        .into_inner()
+        .lease
+        .unwrap();
+    let (st, s) = get_json(http, "/api/v1/locks/shared");
+    assert_eq!(st, 200, "{s}");
+    assert_eq!(s["holder"]["client_id"], "w1");
+    assert_eq!(s["holder"]["fencing_token"], lease.fencing_token);
+    assert_eq!(s["holder"]["expires_at_ms"], lease.expires_at_ms);
+    let (st, a) = post(
+        http,
+        "/api/v1/locks/shared/acquire",
+        json!({"client_id": "w1", "ttl_ms": 30000}),
+    );
+    assert_eq!(st, 200, "{a}");
+    assert_eq!(a["fencing_token"], lease.fencing_token);
+    let (st, r) = post(
+        http,
+        "/api/v1/locks/shared/release",
+        json!({"client_id": "w1", "fencing_token": lease.fencing_token}),
+    );
+    assert_eq!(st, 200, "{r}");
+    refused(c.get(get("shared")).await, Code::NotFound, "shared is free");
 }
 
 #[tokio::test]
