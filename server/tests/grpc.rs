@@ -264,6 +264,34 @@ async fn a_waiter_is_granted_when_the_holder_releases() {
         }
     })
     .await;
+    // A second waiter whose call deadline (grpc-timeout) ends before its
+    // wait: queued meanwhile, then the call ends, and so does its
+    // acquire, giving its place up.
+    let mut impatient = Request::new(acquire("q", "impatient", 60_000, 60_000));
+    impatient.set_timeout(Duration::from_secs(3));
+    let mut impatient_client = c.clone();
+    let impatient = tokio::spawn(async move { impatient_client.acquire(impatient).await });
+    let waiters = |n: u64| {
+        let c = c.clone();
+        move || {
+            let mut c = c.clone();
+            async move {
+                c.get(get("q"))
+                    .await
+                    .is_ok_and(|s| s.into_inner().waiters == n)
+            }
+        }
+    };
+    until("the impatient waiter queues", waiters(2)).await;
+    let s = soon("the deadline", impatient)
+        .await
+        .unwrap()
+        .expect_err("past its deadline");
+    assert!(
+        matches!(s.code(), Code::DeadlineExceeded | Code::Cancelled),
+        "{s:?}"
+    );
+    until("the impatient waiter leaves the queue", waiters(1)).await;
     c.release(release("q", "holder", first)).await.unwrap();
     let granted = soon("the waiter's grant", waiter)
         .await
