@@ -197,6 +197,29 @@ async fn acquire_renew_release_reentry_and_stale_tokens() {
         Code::FailedPrecondition,
         "has lapsed or was released",
     );
+
+    // The calls are counted with the HTTP door's requests, by gRPC path
+    // and the HTTP status each answer stands for.
+    let (st, text) = common::http::request(server.http_addr(), "GET", "/metrics", None);
+    assert_eq!(st, 200);
+    for (method, code, at_least) in [
+        ("Acquire", 200, 2),
+        ("Acquire", 409, 2),
+        ("Renew", 409, 1),
+        ("Get", 404, 1),
+    ] {
+        let series = format!(
+            "warden_http_requests_total{{route=\"/warden.lock.v1.LockService/{method}\",code=\"{code}\"}} "
+        );
+        let n: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .unwrap_or_else(|| panic!("no {series} in /metrics"))
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(n >= at_least, "{series}{n}");
+    }
 }
 
 /// One lock API behind two doors: a lease taken over gRPC is the HTTP

@@ -5,8 +5,10 @@
 //! `lock.proto`'s messages; a refusal becomes a status by [`status`].
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::http::HeaderMap;
 use futures::{Stream, StreamExt as _};
@@ -39,6 +41,21 @@ pub fn code(http_status: u16) -> Code {
         503 => Code::Unavailable,
         500 => Code::Internal,
         _ => Code::Unknown,
+    }
+}
+
+/// The HTTP status a gRPC status stands for (the inverse of [`code`];
+/// not granted, `ABORTED`, is the acquire's 409).
+fn http_status(code: Code) -> u16 {
+    match code {
+        Code::InvalidArgument => 400,
+        Code::Unauthenticated => 401,
+        Code::PermissionDenied => 403,
+        Code::NotFound => 404,
+        Code::FailedPrecondition | Code::Aborted => 409,
+        Code::ResourceExhausted => 429,
+        Code::Unavailable => 503,
+        _ => 500,
     }
 }
 
@@ -83,6 +100,28 @@ impl Locks {
     pub(crate) fn new(api: Arc<Http>) -> Self {
         Locks { api }
     }
+
+    /// Runs a call, counting and timing it as the HTTP door counts its
+    /// requests (`warden_http_requests_total`,
+    /// `warden_http_request_duration_seconds`): the route is the call's
+    /// gRPC path, the code the HTTP status its answer stands for. A call
+    /// dropped midway (its client hung up or its deadline passed) is not
+    /// counted.
+    async fn observed<T>(
+        &self,
+        method: &str,
+        call: impl Future<Output = Result<T, Status>>,
+    ) -> Result<T, Status> {
+        let started = Instant::now();
+        let answer = call.await;
+        let code = match &answer {
+            Ok(_) => 200,
+            Err(s) => http_status(s.code()),
+        };
+        let route = format!("/warden.lock.v1.LockService/{method}");
+        self.api.observe_request(&route, code, started.elapsed());
+        answer
+    }
 }
 
 type Events = Pin<Box<dyn Stream<Item = Result<pb::HolderEvent, Status>> + Send>>;
@@ -93,151 +132,170 @@ impl pb::lock_service_server::LockService for Locks {
         &self,
         request: Request<pb::AcquireRequest>,
     ) -> Result<Response<pb::AcquireResponse>, Status> {
-        let headers = headers(&request);
-        let r = request.into_inner();
-        let name = lock_key(&r.lock_key)?;
-        let client_id = client_id(&r.client_id)?;
-        let ttl = check_ttl_ms("ttl_ms", r.ttl_ms).map_err(status)?;
-        let wait = check_wait_ms(r.wait_timeout_ms).map_err(status)?;
-        match acquire_lease(&self.api, &headers, name, client_id, ttl, wait)
-            .await
-            .map_err(status)?
-        {
-            Acquired::Granted(l) => Ok(Response::new(pb::AcquireResponse {
-                acquired: true,
-                lease: Some(lease(name, &l)),
-            })),
-            Acquired::NotGranted(holder) => {
-                let mut refused = Status::aborted(format!(
-                    "{name} is held; not granted within {} ms",
-                    wait.as_millis()
-                ));
-                if let Some(h) = holder {
-                    let m = refused.metadata_mut();
-                    // A client id that is not ASCII is left out.
-                    if let Ok(v) = MetadataValue::try_from(h.client_id.as_str()) {
-                        m.insert("warden-holder-client-id", v);
+        self.observed("Acquire", async move {
+            let headers = headers(&request);
+            let r = request.into_inner();
+            let name = lock_key(&r.lock_key)?;
+            let client_id = client_id(&r.client_id)?;
+            let ttl = check_ttl_ms("ttl_ms", r.ttl_ms).map_err(status)?;
+            let wait = check_wait_ms(r.wait_timeout_ms).map_err(status)?;
+            match acquire_lease(&self.api, &headers, name, client_id, ttl, wait)
+                .await
+                .map_err(status)?
+            {
+                Acquired::Granted(l) => Ok(Response::new(pb::AcquireResponse {
+                    acquired: true,
+                    lease: Some(lease(name, &l)),
+                })),
+                Acquired::NotGranted(holder) => {
+                    let mut refused = Status::aborted(format!(
+                        "{name} is held; not granted within {} ms",
+                        wait.as_millis()
+                    ));
+                    if let Some(h) = holder {
+                        let m = refused.metadata_mut();
+                        // A client id that is not ASCII is left out.
+                        if let Ok(v) = MetadataValue::try_from(h.client_id.as_str()) {
+                            m.insert("warden-holder-client-id", v);
+                        }
+                        m.insert("warden-holder-fencing-token", h.fencing_token.into());
+                        m.insert("warden-holder-expires-at-ms", h.expires_at_ms.into());
                     }
-                    m.insert("warden-holder-fencing-token", h.fencing_token.into());
-                    m.insert("warden-holder-expires-at-ms", h.expires_at_ms.into());
+                    Err(refused)
                 }
-                Err(refused)
             }
-        }
+        })
+        .await
     }
 
     async fn renew(
         &self,
         request: Request<pb::RenewRequest>,
     ) -> Result<Response<pb::RenewResponse>, Status> {
-        let headers = headers(&request);
-        let r = request.into_inner();
-        let name = lock_key(&r.lock_key)?;
-        let client_id = client_id(&r.client_id)?;
-        let ttl = check_ttl_ms("ttl_ms", r.ttl_ms).map_err(status)?;
-        let stale = axum::http::StatusCode::CONFLICT;
-        let l = renew_lease(
-            &self.api,
-            &headers,
-            (name, client_id, r.fencing_token),
-            ttl,
-            stale,
-        )
+        self.observed("Renew", async move {
+            let headers = headers(&request);
+            let r = request.into_inner();
+            let name = lock_key(&r.lock_key)?;
+            let client_id = client_id(&r.client_id)?;
+            let ttl = check_ttl_ms("ttl_ms", r.ttl_ms).map_err(status)?;
+            let stale = axum::http::StatusCode::CONFLICT;
+            let l = renew_lease(
+                &self.api,
+                &headers,
+                (name, client_id, r.fencing_token),
+                ttl,
+                stale,
+            )
+            .await
+            .map_err(status)?;
+            Ok(Response::new(pb::RenewResponse {
+                renewed: true,
+                lease: Some(lease(name, &l)),
+            }))
+        })
         .await
-        .map_err(status)?;
-        Ok(Response::new(pb::RenewResponse {
-            renewed: true,
-            lease: Some(lease(name, &l)),
-        }))
     }
 
     async fn release(
         &self,
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
-        let headers = headers(&request);
-        let r = request.into_inner();
-        let name = lock_key(&r.lock_key)?;
-        let client_id = client_id(&r.client_id)?;
-        release_lease(&self.api, &headers, name, client_id, r.fencing_token)
-            .await
-            .map_err(status)?;
-        Ok(Response::new(pb::ReleaseResponse {
-            released: true,
-            lock_key: name.to_string(),
-            client_id: client_id.to_string(),
-            fencing_token: r.fencing_token,
-        }))
+        self.observed("Release", async move {
+            let headers = headers(&request);
+            let r = request.into_inner();
+            let name = lock_key(&r.lock_key)?;
+            let client_id = client_id(&r.client_id)?;
+            release_lease(&self.api, &headers, name, client_id, r.fencing_token)
+                .await
+                .map_err(status)?;
+            Ok(Response::new(pb::ReleaseResponse {
+                released: true,
+                lock_key: name.to_string(),
+                client_id: client_id.to_string(),
+                fencing_token: r.fencing_token,
+            }))
+        })
+        .await
     }
 
     async fn get(
         &self,
         request: Request<pb::GetRequest>,
     ) -> Result<Response<pb::GetResponse>, Status> {
-        let headers = headers(&request);
-        let r = request.into_inner();
-        let name = lock_key(&r.lock_key)?;
-        match lock_state(&self.api, &headers, name)
-            .await
-            .map_err(status)?
-        {
-            Some((holder, waiters)) => Ok(Response::new(pb::GetResponse {
-                holder: Some(lease(name, &holder)),
-                waiters: waiters as u64,
-            })),
-            None => Err(Status::not_found(format!("{name} is free"))),
-        }
+        self.observed("Get", async move {
+            let headers = headers(&request);
+            let r = request.into_inner();
+            let name = lock_key(&r.lock_key)?;
+            match lock_state(&self.api, &headers, name)
+                .await
+                .map_err(status)?
+            {
+                Some((holder, waiters)) => Ok(Response::new(pb::GetResponse {
+                    holder: Some(lease(name, &holder)),
+                    waiters: waiters as u64,
+                })),
+                None => Err(Status::not_found(format!("{name} is free"))),
+            }
+        })
+        .await
     }
 
     async fn list(
         &self,
         request: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
-        let headers = headers(&request);
-        let r = request.into_inner();
-        // The HTTP listing's query parameters, checked by it.
-        let mut query = HashMap::new();
-        if r.limit != 0 {
-            query.insert("limit".to_string(), r.limit.to_string());
-        }
-        if !r.after.is_empty() {
-            query.insert("after".to_string(), r.after);
-        }
-        if !r.kind.is_empty() {
-            query.insert("kind".to_string(), r.kind);
-        }
-        if r.list_waiters {
-            query.insert("waiters".to_string(), "list".to_string());
-        }
-        if r.local {
-            query.insert("consistency".to_string(), "local".to_string());
-        }
-        let (page, linearizable) = lock_list::page(&self.api, &query, &headers)
-            .await
-            .map_err(status)?;
-        Ok(Response::new(pb::ListResponse {
-            locks: page.locks.iter().map(listed).collect(),
-            next: page.next.unwrap_or_default(),
-            applied_index: page.applied_index,
-            consistency: if linearizable {
-                "linearizable"
-            } else {
-                "local"
+        self.observed("List", async move {
+            let headers = headers(&request);
+            let r = request.into_inner();
+            // The HTTP listing's query parameters, checked by it.
+            let mut query = HashMap::new();
+            if r.limit != 0 {
+                query.insert("limit".to_string(), r.limit.to_string());
             }
-            .to_string(),
-        }))
+            if !r.after.is_empty() {
+                query.insert("after".to_string(), r.after);
+            }
+            if !r.kind.is_empty() {
+                query.insert("kind".to_string(), r.kind);
+            }
+            if r.list_waiters {
+                query.insert("waiters".to_string(), "list".to_string());
+            }
+            if r.local {
+                query.insert("consistency".to_string(), "local".to_string());
+            }
+            let (page, linearizable) = lock_list::page(&self.api, &query, &headers)
+                .await
+                .map_err(status)?;
+            Ok(Response::new(pb::ListResponse {
+                locks: page.locks.iter().map(listed).collect(),
+                next: page.next.unwrap_or_default(),
+                applied_index: page.applied_index,
+                consistency: if linearizable {
+                    "linearizable"
+                } else {
+                    "local"
+                }
+                .to_string(),
+            }))
+        })
+        .await
     }
 
     type WatchStream = Events;
 
     async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<Events>, Status> {
-        let headers = headers(&request);
-        let r = request.into_inner();
-        let name = lock_key(&r.lock_key)?;
-        let events = watch::holder_events(&self.api, &headers, name, r.from_version)
-            .await
-            .map_err(status)?;
-        Ok(Response::new(Box::pin(events.map(|m| holder_event(&m)))))
+        self.observed("Watch", async move {
+            let headers = headers(&request);
+            let r = request.into_inner();
+            let name = lock_key(&r.lock_key)?;
+            let events = watch::holder_events(&self.api, &headers, name, r.from_version)
+                .await
+                .map_err(status)?;
+            let events: Events = Box::pin(events.map(|m| holder_event(&m)));
+            Ok(Response::new(events))
+        })
+        .await
     }
 }
 
@@ -343,6 +401,7 @@ mod tests {
             (500, Code::Internal),
         ] {
             assert_eq!(code(http), grpc, "{http}");
+            assert_eq!(http_status(grpc), http, "{grpc:?}");
         }
     }
 }

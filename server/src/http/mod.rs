@@ -67,6 +67,14 @@ pub(crate) struct Http {
     stop: CancellationToken,
 }
 
+impl Http {
+    /// Counts and times one request of `route` (the gRPC door's calls
+    /// too, by their gRPC path).
+    pub(crate) fn observe_request(&self, route: &str, code: u16, took: std::time::Duration) {
+        self.metrics.observe_request(route, code, took);
+    }
+}
+
 /// Largest HTTP request body.
 pub const HTTP_BODY_BYTES_MAX: usize = 64 * 1024;
 
