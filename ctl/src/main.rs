@@ -25,7 +25,9 @@ use warden_protocol::path;
 mod acl;
 mod bench;
 mod elect;
+mod http_get;
 mod lock;
+mod locks;
 mod snapshot;
 
 /// How many times `rmr` re-lists a node that gained a child while it was
@@ -186,6 +188,10 @@ enum Command {
     /// winning, hold until Ctrl-C/SIGTERM, then resign. Exits non-zero if
     /// leadership is lost.
     Elect(elect::ElectArgs),
+    /// List every lock the servers recognise (HTTP leases, the recipes'
+    /// locks, ZooKeeper clients' locks): kind, name, holder, fencing
+    /// token, waiters. Over HTTP (`--http ADDR`).
+    Locks(locks::LocksArgs),
     /// Backups: `snapshot save FILE --http ADDR`.
     #[command(subcommand)]
     Snapshot(snapshot::SnapshotCommand),
@@ -303,6 +309,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         // Over HTTP, without a session.
         return snapshot::run(cmd, tls, cli.auth.as_deref(), timeout).await;
     }
+    if let Command::Locks(args) = &cli.command {
+        return locks::run(args, tls, cli.auth.as_deref(), timeout, &out).await;
+    }
     let client = connect(&cli.servers, options.clone(), tls.clone()).await?;
     if let Some(credentials) = &cli.auth {
         if let Err(e) = client.add_auth("digest", credentials.as_bytes()).await {
@@ -365,6 +374,7 @@ async fn execute(client: &Client, command: Command, out: &Output) -> Result<(), 
         Command::Setacl { version, path, acl } => acl::set(client, &path, &acl, version, out).await,
         Command::Digest { .. } => unreachable!("run() answers digest without a server"),
         Command::Snapshot(_) => unreachable!("run() saves snapshots over HTTP"),
+        Command::Locks(_) => unreachable!("run() lists locks over HTTP"),
         Command::Get { path } => {
             let (data, stat) = client.get_data(&path).await?;
             if out.json {

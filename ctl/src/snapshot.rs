@@ -6,26 +6,20 @@
 //! checksum, and that the tree decodes), and writes FILE durably:
 //! a temporary name beside it, fsync, rename, fsync of the directory.
 //!
-//! HTTP/1.1 by hand, one request on a connection the server closes
-//! after the answer: this is the tool's only HTTP call.
+//! The download is `http_get.rs`'s.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use base64::Engine as _;
 use prost::Message as _;
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
-use tokio::net::TcpStream;
 use warden_client::TlsOptions;
 
-use super::Failure;
+use super::{http_get, Failure};
 
 /// Largest snapshot downloaded (a guard against a wrong port answering
 /// forever): 64 GiB.
 const SNAPSHOT_BYTES_MAX: u64 = 64 << 30;
-/// Largest response head.
-const HEAD_BYTES_MAX: usize = 64 * 1024;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum SnapshotCommand {
@@ -55,7 +49,8 @@ pub async fn run(
     timeout: Duration,
 ) -> Result<(), Failure> {
     let SnapshotCommand::Save { file, http } = cmd;
-    let body = tokio::time::timeout(timeout.max(Duration::from_secs(60)), fetch(http, tls, auth))
+    let fetch = http_get::fetch(http, "/api/v1/snapshot", tls, auth, SNAPSHOT_BYTES_MAX);
+    let body = tokio::time::timeout(timeout.max(Duration::from_secs(60)), fetch)
         .await
         .map_err(|_| fail(format!("{http}: no whole snapshot within the timeout")))??;
     let checked = check(file, body)?;
@@ -70,105 +65,6 @@ pub async fn run(
         checked.nodes
     );
     Ok(())
-}
-
-async fn fetch(
-    http: &str,
-    tls: Option<TlsOptions>,
-    auth: Option<&str>,
-) -> Result<Vec<u8>, Failure> {
-    let tcp = TcpStream::connect(http)
-        .await
-        .map_err(|e| fail(format!("cannot connect to {http}: {e}")))?;
-    let mut request =
-        format!("GET /api/v1/snapshot HTTP/1.1\r\nHost: {http}\r\nConnection: close\r\n");
-    if let Some(c) = auth {
-        let b = base64::engine::general_purpose::STANDARD.encode(c);
-        request.push_str(&format!("Authorization: Basic {b}\r\n"));
-    }
-    request.push_str("\r\n");
-    match tls {
-        None => exchange(tcp, &request, http).await,
-        Some(tls) => {
-            let stream = tls.connect(http, tcp).await.map_err(fail)?;
-            exchange(stream, &request, http).await
-        }
-    }
-}
-
-async fn exchange(
-    mut s: impl AsyncRead + AsyncWrite + Unpin,
-    request: &str,
-    http: &str,
-) -> Result<Vec<u8>, Failure> {
-    let io = |e: std::io::Error| fail(format!("{http}: {e}"));
-    s.write_all(request.as_bytes()).await.map_err(io)?;
-    s.flush().await.map_err(io)?;
-    let mut buf = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        if buf.len() > HEAD_BYTES_MAX {
-            return Err(fail(format!("{http}: not an HTTP answer")));
-        }
-        let n = s.read(&mut chunk).await.map_err(io)?;
-        if n == 0 {
-            return Err(fail(format!(
-                "{http}: the connection closed before an answer"
-            )));
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let status: u16 = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| fail(format!("{http}: not an HTTP answer")))?;
-    let mut length = None;
-    for line in lines {
-        if let Some((k, v)) = line.split_once(':') {
-            if k.eq_ignore_ascii_case("content-length") {
-                length = v.trim().parse::<u64>().ok();
-            } else if k.eq_ignore_ascii_case("transfer-encoding") {
-                return Err(fail(format!(
-                    "{http}: unexpected transfer encoding {}",
-                    v.trim()
-                )));
-            }
-        }
-    }
-    let length = length.ok_or_else(|| fail(format!("{http}: the answer has no length")))?;
-    if length > SNAPSHOT_BYTES_MAX {
-        return Err(fail(format!(
-            "{http}: announces {length} bytes, over the limit"
-        )));
-    }
-    let mut body = buf.split_off(head_end);
-    body.reserve((length as usize).saturating_sub(body.len()));
-    while (body.len() as u64) < length {
-        let n = s.read(&mut chunk).await.map_err(io)?;
-        if n == 0 {
-            return Err(fail(format!(
-                "{http}: the connection closed after {} of {length} bytes",
-                body.len()
-            )));
-        }
-        body.extend_from_slice(&chunk[..n]);
-    }
-    body.truncate(length as usize);
-    if status != 200 {
-        // The server's `{"error": "..."}`.
-        let message = serde_json::from_slice::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
-            .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
-        return Err(fail(format!("{http}: HTTP {status}: {message}")));
-    }
-    Ok(body)
 }
 
 struct Checked {

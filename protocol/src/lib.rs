@@ -26,6 +26,19 @@ pub mod pb {
     include!(concat!(env!("OUT_DIR"), "/warden.v1.rs"));
 }
 
+/// The gRPC lock service generated from `proto/lock.proto`
+/// (`warden.lock.v1`): messages, the server trait and a client.
+#[cfg(feature = "grpc")]
+pub mod lock {
+    #![allow(clippy::all, missing_docs)]
+    include!(concat!(env!("OUT_DIR"), "/warden.lock.v1.rs"));
+
+    /// `lock.proto`'s descriptors (an encoded `FileDescriptorSet`), for
+    /// server reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/lock_descriptor.bin"));
+}
+
 pub use codec::{FrameCodec, FrameError};
 pub use pb::ErrorCode;
 

@@ -185,6 +185,11 @@ impl LeaseLock {
         self
     }
 
+    /// The client (session) this lock runs on.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// Acquires lease `name` for `client_id` for `ttl`, waiting (FIFO) at
     /// most `wait_timeout` for the current holder and earlier waiters.
     /// `Ok(None)` if the wait timed out; the waiter's node is then removed.

@@ -3,8 +3,9 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use std::hint::black_box;
-use warden_server::proto::{txn::Kind, CreateTxn, SetDataTxn, Txn};
-use warden_server::tree::DataTree;
+use warden_server::lockstats::{LockMetrics, LockObserver};
+use warden_server::proto::{txn::Kind, CreateTxn, DeleteTxn, SetDataTxn, Txn};
+use warden_server::tree::{DataTree, TxnResult};
 
 const NODES: u64 = 10_000;
 
@@ -26,6 +27,83 @@ fn populated() -> DataTree {
         tree.apply(i + 2, 0, &create(format!("/bench/n{i}")));
     }
     tree
+}
+
+fn set_data(i: u64) -> Txn {
+    Txn {
+        kind: Some(Kind::SetData(SetDataTxn {
+            path: format!("/bench/n{i}"),
+            data: vec![1u8; 64],
+            version: None,
+            ttl_ms: 0,
+            data_null: false,
+        })),
+        ..Default::default()
+    }
+}
+
+fn observer(tree: &DataTree) -> LockObserver {
+    LockObserver::new(LockMetrics::default(), tree, 0)
+}
+
+/// `populated()`, observed or not (the same loop either way).
+fn creates(observed: bool) -> DataTree {
+    let mut t = DataTree::new();
+    let mut obs = observer(&t);
+    let mut apply = |t: &mut DataTree, zxid: u64, txn: Txn| {
+        let applied = t.apply(zxid, 0, &txn);
+        if observed {
+            obs.observe(t, &txn, &applied, zxid, 0);
+        }
+        black_box(applied);
+    };
+    apply(&mut t, 1, create("/bench".into()));
+    for i in 0..NODES {
+        apply(&mut t, i + 2, create(format!("/bench/n{i}")));
+    }
+    t
+}
+
+/// 10k contenders of one mutex (`_c_<id>-lock-<seq>`): each created
+/// behind the one before, then deleted in order (10k grants, hand-offs).
+fn contenders(observed: bool) -> DataTree {
+    let mut t = DataTree::new();
+    let mut obs = observer(&t);
+    let mut zxid = 0;
+    let mut apply = |t: &mut DataTree, txn: Txn| {
+        zxid += 1;
+        let applied = t.apply(zxid, zxid as i64, &txn);
+        if observed {
+            obs.observe(t, &txn, &applied, zxid, zxid as i64);
+        }
+        applied
+    };
+    apply(&mut t, create("/lock".into()));
+    let mut paths = Vec::new();
+    for _ in 0..NODES {
+        let txn = Txn {
+            kind: Some(Kind::Create(CreateTxn {
+                path: "/lock/_c_0123456789abcdef0123456789abcdef-lock-".into(),
+                sequential: true,
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        if let TxnResult::Create(Ok((p, _))) = apply(&mut t, txn).result {
+            paths.push(p);
+        }
+    }
+    for path in paths {
+        let txn = Txn {
+            kind: Some(Kind::Delete(DeleteTxn {
+                path,
+                version: None,
+            })),
+            ..Default::default()
+        };
+        black_box(apply(&mut t, txn));
+    }
+    t
 }
 
 fn bench(c: &mut Criterion) {
@@ -57,6 +135,51 @@ fn bench(c: &mut Criterion) {
             BatchSize::LargeInput,
         )
     });
+    // The lock observer's cost where entries apply (core/apply.rs): the
+    // same set_data and creates with it; then lock contenders, where it
+    // does its work.
+    for observed in [false, true] {
+        let name = if observed {
+            "apply 10k set_data (observer's loop) + lock observer"
+        } else {
+            "apply 10k set_data (observer's loop)"
+        };
+        g.bench_function(name, |b| {
+            b.iter_batched(
+                || (tree.clone(), observer(&tree)),
+                |(mut t, mut obs)| {
+                    let base = t.applied_index();
+                    for i in 0..NODES {
+                        let zxid = base + i + 1;
+                        let txn = set_data(i);
+                        let applied = t.apply(zxid, 1, &txn);
+                        if observed {
+                            obs.observe(&t, &txn, &applied, zxid, 1);
+                        }
+                        black_box(applied);
+                    }
+                    (t, obs)
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    for observed in [false, true] {
+        let name = if observed {
+            "apply 10k creates (observer's loop) + lock observer"
+        } else {
+            "apply 10k creates (observer's loop)"
+        };
+        g.bench_function(name, |b| b.iter(|| black_box(creates(observed))));
+    }
+    for observed in [false, true] {
+        let name = if observed {
+            "10k mutex contenders queued and released + lock observer"
+        } else {
+            "10k mutex contenders queued and released"
+        };
+        g.bench_function(name, |b| b.iter(|| black_box(contenders(observed))));
+    }
     g.bench_function("get_data 10k", |b| {
         b.iter(|| {
             for i in 0..NODES {

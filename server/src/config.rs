@@ -47,6 +47,11 @@ pub struct ServeArgs {
     /// Address for the HTTP API (lock API, `/metrics`, `/health`).
     #[arg(long, default_value = "127.0.0.1:7200", env = "WARDEN_HTTP_LISTEN")]
     pub http_listen: SocketAddr,
+    /// Address for the gRPC lock API (`warden.lock.v1.LockService`, see
+    /// docs/grpc.md), e.g. `127.0.0.1:7300`; `off` (the default) disables
+    /// it. TLS and callers' credentials as on the HTTP port.
+    #[arg(long, default_value = "off", env = "WARDEN_GRPC_LISTEN")]
+    pub grpc_listen: String,
     /// The Raft group: `ID=HOST:PORT,...` including this server. Empty:
     /// a single-node group of this server alone.
     #[arg(long, default_value = "", env = "WARDEN_PEERS")]
@@ -197,6 +202,8 @@ pub struct Config {
     pub http_listen: SocketAddr,
     /// None: the ZooKeeper door is off.
     pub zk_listen: Option<SocketAddr>,
+    /// None: the gRPC door is off.
+    pub grpc_listen: Option<SocketAddr>,
     pub peers: Vec<Peer>,
     pub join: bool,
     pub tick: Duration,
@@ -237,6 +244,8 @@ pub enum ConfigError {
     SnapshotEntries,
     #[error("--zk-listen: {0:?} is neither HOST:PORT nor `off`")]
     ZkListen(String),
+    #[error("--grpc-listen: {0:?} is neither HOST:PORT nor `off`")]
+    GrpcListen(String),
     #[error("--peers: {0}")]
     Peers(String),
     #[error("{0}")]
@@ -288,6 +297,13 @@ impl ServeArgs {
                     .map_err(|_| ConfigError::ZkListen(a.to_string()))?,
             ),
         };
+        let grpc_listen = match self.grpc_listen.trim() {
+            "off" | "" => None,
+            a => Some(
+                a.parse()
+                    .map_err(|_| ConfigError::GrpcListen(a.to_string()))?,
+            ),
+        };
         let tls = tls_files(&self)?
             .map(|files| crate::tls::load(&files))
             .transpose()?;
@@ -318,6 +334,7 @@ impl ServeArgs {
             peer_listen: self.peer_listen,
             http_listen: self.http_listen,
             zk_listen,
+            grpc_listen,
             peers,
             join: self.join,
             tick: Duration::from_millis(self.tick_ms),
@@ -582,6 +599,17 @@ mod tests {
         assert!(parse(&["--id", "0"]).is_err());
         assert_eq!(parse(&["--zk-listen", "off"]).unwrap().zk_listen, None);
         assert!(parse(&["--zk-listen", "nope"]).is_err());
+        assert_eq!(parse(&[]).unwrap().grpc_listen, None);
+        assert_eq!(
+            parse(&["--grpc-listen", "127.0.0.1:7300"])
+                .unwrap()
+                .grpc_listen,
+            Some("127.0.0.1:7300".parse().unwrap())
+        );
+        assert!(parse(&["--grpc-listen", "nope"])
+            .unwrap_err()
+            .to_string()
+            .contains("--grpc-listen"));
         assert!(parse(&["--election-ticks", "3", "--heartbeat-ticks", "3"]).is_err());
         assert!(parse(&["--super-digest", "nocolon"]).is_err());
         assert!(parse(&["--super-digest", "admin:aGFzaA=="]).is_ok());

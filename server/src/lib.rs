@@ -24,9 +24,11 @@ pub mod conn;
 pub mod core;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod grpc;
 pub mod http;
 pub mod limits;
 pub mod local_cluster;
+pub mod lockstats;
 pub mod opmetrics;
 pub mod ops;
 pub mod outbound;

@@ -268,15 +268,19 @@ fn main() -> ExitCode {
 
 /// The line printed on stdout when clients can connect. Tests and scripts
 /// wait for it: as text (`warden listening client=ADDR zk=ADDR http=ADDR
-/// peer=ADDR`, read field by field, so fields may be added) or, with
+/// [grpc=ADDR] peer=ADDR`, read field by field, so fields may be added) or, with
 /// `--log-format json`, as a JSON object with the same fields, so that
 /// everything the process prints is JSON.
 fn ready_line(bound: &warden_server::serve::Bound, format: LogFormat) -> String {
     match format {
         LogFormat::Text => {
             let zk = bound.zk.map(|zk| format!(" zk={zk}")).unwrap_or_default();
+            let grpc = bound
+                .grpc
+                .map(|grpc| format!(" grpc={grpc}"))
+                .unwrap_or_default();
             format!(
-                "{}{}{zk} http={} peer={}",
+                "{}{}{zk} http={}{grpc} peer={}",
                 local_cluster::READY_LINE_PREFIX,
                 bound.client,
                 bound.http,
@@ -288,6 +292,7 @@ fn ready_line(bound: &warden_server::serve::Bound, format: LogFormat) -> String 
             "client": bound.client.to_string(),
             "zk": bound.zk.map(|zk| zk.to_string()),
             "http": bound.http.to_string(),
+            "grpc": bound.grpc.map(|grpc| grpc.to_string()),
             "peer": bound.peer.to_string(),
         })
         .to_string(),

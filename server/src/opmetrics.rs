@@ -39,6 +39,9 @@ pub struct OpMetrics {
     pub snapshot_installs: Counter,
     /// Raft heartbeat round trips to each peer, as the leader sees them.
     peer_rtt: Family<PeerLabel, Histogram, fn() -> Histogram>,
+    /// Every recognised lock's figures, recorded where entries apply
+    /// (see `crate::lockstats`).
+    pub locks: crate::lockstats::LockMetrics,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -63,6 +66,7 @@ impl Default for OpMetrics {
             session_expiries: Counter::default(),
             snapshot_installs: Counter::default(),
             peer_rtt: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            locks: Default::default(),
         }
     }
 }
@@ -120,6 +124,7 @@ impl OpMetrics {
             "Round trip of the leader's Raft heartbeats to each peer, through the peer links and the peer's core",
             self.peer_rtt.clone(),
         );
+        self.locks.register(registry);
     }
 
     /// One heartbeat round trip to `peer`.

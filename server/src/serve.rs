@@ -38,6 +38,8 @@ pub struct Bound {
     pub zk: Option<SocketAddr>,
     /// The HTTP door's address (lock API, `/metrics`, `/health`).
     pub http: SocketAddr,
+    /// The gRPC lock API's address, if it is on.
+    pub grpc: Option<SocketAddr>,
     /// Where peers' Raft traffic comes in.
     pub peer: SocketAddr,
 }
@@ -90,6 +92,15 @@ pub async fn serve(
             addr: cfg.http_listen,
             source,
         })?;
+    let grpc_listener = match cfg.grpc_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Listen { addr, source })?,
+        ),
+        None => None,
+    };
+    let grpc_addr = grpc_listener.as_ref().and_then(|l| l.local_addr().ok());
     let peer_addr = peer_listener
         .local_addr()
         .map_err(|source| ServeError::Listen {
@@ -111,6 +122,7 @@ pub async fn serve(
         peer = %peer_addr,
         zk = %zk_addr.map_or_else(|| "off".to_string(), |a| a.to_string()),
         http = %http_addr,
+        grpc = %grpc_addr.map_or_else(|| "off".to_string(), |a| a.to_string()),
         data_dir = %cfg.data_dir.display(),
         %peers,
         join = cfg.join,
@@ -182,6 +194,7 @@ pub async fn serve(
             client,
             zk: zk_addr,
             http: http_addr,
+            grpc: grpc_addr,
             peer: peer_addr,
         });
     }
@@ -201,22 +214,37 @@ pub async fn serve(
         ));
     }
     if !stopping {
-        tokio::spawn(crate::http::serve(
-            http_listener,
+        // The lock API's state, shared by the HTTP and gRPC doors.
+        let lock_api = crate::http::lock_api(
             core_tx.clone(),
             client,
             stop_peers.clone(),
-            op_metrics.clone(),
-            crate::http::Guard {
-                tls: cfg.tls.clone(),
-                auth: crate::http::GatewayAuth {
-                    tokens: cfg.http_tokens.clone(),
-                    lock_acl: cfg.http_lock_acl.clone(),
-                    auth: cfg.auth.clone(),
-                },
-                // Counted apart from the client doors (see http/limited.rs).
-                limiter: crate::limits::Limiter::new(cfg.limits, op_metrics.clone()),
+            &op_metrics,
+            cfg.tls.as_ref(),
+            crate::http::GatewayAuth {
+                tokens: cfg.http_tokens.clone(),
+                lock_acl: cfg.http_lock_acl.clone(),
+                auth: cfg.auth.clone(),
             },
+        );
+        // Counted apart from the client doors (see http/limited.rs); the
+        // HTTP and gRPC doors count together.
+        let api_limiter = crate::limits::Limiter::new(cfg.limits, op_metrics.clone());
+        if let Some(l) = grpc_listener {
+            tokio::spawn(crate::grpc::serve(
+                l,
+                lock_api.clone(),
+                stop_peers.clone(),
+                cfg.tls.clone(),
+                api_limiter.clone(),
+            ));
+        }
+        tokio::spawn(crate::http::serve(
+            http_listener,
+            lock_api,
+            stop_peers.clone(),
+            cfg.tls.clone(),
+            api_limiter,
         ));
         loop {
             tokio::select! {

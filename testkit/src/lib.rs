@@ -133,6 +133,9 @@ struct Process {
     zk_listen: String,
     /// HTTP address, fixed like `listen` after the first start.
     http_listen: String,
+    /// The gRPC door's address from the last ready line, if the extra
+    /// flags turned it on (`--grpc-listen 127.0.0.1:0`).
+    grpc: Option<String>,
     membership: Option<Membership>,
     opts: ServerOptions,
     child: Option<Child>,
@@ -156,6 +159,7 @@ impl Process {
                 .as_ref()
                 .map(|m| m.http_listen.clone())
                 .unwrap_or_else(|| "127.0.0.1:0".to_string()),
+            grpc: None,
             membership,
             opts,
             child: None,
@@ -268,6 +272,7 @@ impl Process {
                 if let Some(http) = line.http {
                     self.http_listen = http;
                 }
+                self.grpc = line.grpc;
                 Ok(())
             }
             Err(e) => {
@@ -337,6 +342,7 @@ struct ReadyLine {
     client: String,
     zk: Option<String>,
     http: Option<String>,
+    grpc: Option<String>,
 }
 
 fn forward_stdout(
@@ -361,6 +367,7 @@ fn forward_stdout(
                     client,
                     zk: field("zk="),
                     http: field("http="),
+                    grpc: field("grpc="),
                 });
             }
         }
@@ -426,6 +433,12 @@ impl Server {
     /// `host:port` of the HTTP port.
     pub fn http_addr(&self) -> &str {
         &self.process.http_listen
+    }
+
+    /// `host:port` of the gRPC port, if the server was started with one
+    /// (`--grpc-listen` in [`ServerOptions::extra_args`]).
+    pub fn grpc_addr(&self) -> Option<&str> {
+        self.process.grpc.as_deref()
     }
 
     /// `host:port` of the client port.

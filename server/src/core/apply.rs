@@ -113,6 +113,8 @@ impl ReadyHandler for Machine {
             return Ok(());
         }
         let applied = self.tree.apply(zxid, proposal.time_ms, &txn);
+        self.locks
+            .observe(&self.tree, &txn, &applied, zxid, proposal.time_ms);
         self.clients.notify(&self.tree, &applied, zxid);
 
         match &txn.kind {
@@ -199,6 +201,7 @@ impl ReadyHandler for Machine {
         );
         self.op_metrics.snapshot_installs.inc();
         let old = std::mem::replace(&mut self.tree, tree);
+        self.locks.rebuild(&self.tree);
         self.clients.after_snapshot(&old, &self.tree);
         // Freeing a million nodes takes a while: not on the core.
         let _ = std::thread::Builder::new()

@@ -160,6 +160,11 @@ pub enum CoreMsg {
     Freeze {
         reply: oneshot::Sender<Result<Frozen, String>>,
     },
+    /// A page of the recognised locks (`GET /api/v1/locks`).
+    Locks {
+        query: crate::lockstats::LockQuery,
+        reply: oneshot::Sender<crate::lockstats::LockPage>,
+    },
 }
 
 /// The tree frozen at `meta.index` (see [`CoreMsg::Freeze`]).
@@ -223,6 +228,8 @@ struct Machine {
     snapshot_wanted: bool,
     /// Request counts and latencies by operation.
     op_metrics: crate::opmetrics::OpMetrics,
+    /// Every recognised lock, and its figures.
+    locks: crate::lockstats::LockObserver,
     /// Proposals forwarded to the leader that its link did not take yet.
     forwards: forwards::Forwards,
     /// While leading: when the oldest unanswered heartbeat went to each
@@ -311,6 +318,9 @@ impl Core {
             warn!("--unsafe-skip-read-index: linearizable reads are served without ReadIndex and may be stale; a known-bad mode for testing the test suite only");
         }
         let clients = Clients::new(cfg.limits, op_metrics.clone());
+        // What the log holds up to its commit index is replayed, not new.
+        let replayed = raft.storage().hard_state().commit;
+        let locks = crate::lockstats::LockObserver::new(op_metrics.locks.clone(), &tree, replayed);
         Ok(Self {
             raft,
             m: Machine {
@@ -330,6 +340,7 @@ impl Core {
                 leader_changes: 0,
                 snapshot_wanted: false,
                 op_metrics,
+                locks,
                 forwards: forwards::Forwards::default(),
                 heartbeats_sent: HashMap::new(),
                 applied_bytes: 0,

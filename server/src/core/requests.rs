@@ -64,6 +64,9 @@ impl Core {
                     .map_err(|e| e.to_string());
                 let _ = reply.send(frozen);
             }
+            CoreMsg::Locks { query, reply } => {
+                let _ = reply.send(self.m.locks.list(&self.m.tree, &query));
+            }
             CoreMsg::Request { conn, request } => self.request(conn, request),
             CoreMsg::Closed { conn } => self.m.clients.drop_conn(conn, "connection closed"),
         }

@@ -21,19 +21,19 @@ use crate::limits::{IpPermit, Limiter};
 /// How long a refused client gets to take its 429.
 const REFUSAL_LINGER: Duration = Duration::from_secs(1);
 
-pub(super) struct LimitedListener<L> {
+pub(crate) struct LimitedListener<L> {
     inner: L,
     limiter: Limiter,
 }
 
 impl<L> LimitedListener<L> {
-    pub(super) fn new(inner: L, limiter: Limiter) -> Self {
+    pub(crate) fn new(inner: L, limiter: Limiter) -> Self {
         LimitedListener { inner, limiter }
     }
 }
 
 /// An admitted connection: the stream and its place in the per-IP count.
-pub(super) struct Admitted<Io> {
+pub(crate) struct Admitted<Io> {
     io: Io,
     _permit: IpPermit,
 }

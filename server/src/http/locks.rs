@@ -40,7 +40,7 @@ use serde_json::{Map, Value};
 use tracing::{debug, warn};
 use warden_client::{Acl, Client, ConnectOptions, ErrorCode, SessionState};
 use warden_protocol::auth::{digest_id, split_credentials};
-use warden_recipes::{Error as RecipeError, LeaseLock};
+use warden_recipes::{Error as RecipeError, Lease, LeaseLock};
 
 use super::contract;
 pub(crate) use super::contract::Contract;
@@ -141,7 +141,7 @@ impl Gateway {
 
     /// The lease lock of the caller's session, connecting (and
     /// authenticating) it on first use.
-    async fn get(&self, headers: &HeaderMap) -> Result<LeaseLock, ApiError> {
+    pub(crate) async fn get(&self, headers: &HeaderMap) -> Result<LeaseLock, ApiError> {
         Ok(self.session(headers).await?.1)
     }
 
@@ -384,12 +384,17 @@ pub(crate) fn parse_acquire(
     let client_id = client_id(&body)?;
     let ttl = ttl(&body, &["ttl_ms", "lease_time_ms"])?;
     let wait_ms = optional_u64(&body, &["wait_timeout_ms", "block_time_ms"])?.unwrap_or(0);
-    if wait_ms > WAIT_TIMEOUT_MS_MAX {
+    Ok((name, client_id, ttl, check_wait_ms(wait_ms)?))
+}
+
+/// An acquire's wait in bounds.
+pub(crate) fn check_wait_ms(ms: u64) -> Result<Duration, ApiError> {
+    if ms > WAIT_TIMEOUT_MS_MAX {
         return Err(bad(format!(
-            "wait_timeout_ms must be at most {WAIT_TIMEOUT_MS_MAX} ms, not {wait_ms}"
+            "wait_timeout_ms must be at most {WAIT_TIMEOUT_MS_MAX} ms, not {ms}"
         )));
     }
-    Ok((name, client_id, ttl, Duration::from_millis(wait_ms)))
+    Ok(Duration::from_millis(ms))
 }
 
 /// A renew's body, checked: (name, client id, fencing token, ttl).
@@ -419,11 +424,11 @@ pub(crate) fn parse_release(
     Ok((name, client_id, token))
 }
 
-/// Maps a recipe failure to a status; `stale` is the status for a token
-/// that does not hold the lock.
-async fn recipe_error(http: &Http, e: RecipeError, stale: StatusCode) -> Response {
+/// Maps a recipe failure to a refusal, dropping a lost session; `stale`
+/// is the status for a token that does not hold the lock.
+async fn recipe_error(http: &Http, e: RecipeError, stale: StatusCode) -> ApiError {
     http.locks.after_error(&e).await;
-    refusal(&e, stale).into_response()
+    refusal(&e, stale)
 }
 
 /// A recipe failure as a refusal (`recipe_error` without the session
@@ -451,6 +456,91 @@ pub(crate) fn refusal(e: &RecipeError, stale: StatusCode) -> ApiError {
     }
 }
 
+/// What an acquire came to.
+pub(crate) enum Acquired {
+    Granted(Lease),
+    /// Not granted within the wait; the holder as read after it, if the
+    /// lock was still held.
+    NotGranted(Option<Lease>),
+}
+
+// The lock operations, on the caller's gateway session, with checked
+// arguments: what both doors run (the HTTP handlers below, and the gRPC
+// door in `crate::grpc`), so neither has lock rules of its own.
+
+/// Acquires `name` for `client_id` (see the module docs).
+pub(crate) async fn acquire_lease(
+    http: &Http,
+    headers: &HeaderMap,
+    name: &str,
+    client_id: &str,
+    ttl: Duration,
+    wait: Duration,
+) -> Result<Acquired, ApiError> {
+    let lock = http.locks.get(headers).await?;
+    let started = std::time::Instant::now();
+    match lock.acquire(name, client_id, ttl, wait).await {
+        Ok(Some(lease)) => {
+            http.metrics
+                .lock_granted(!wait.is_zero(), started.elapsed());
+            Ok(Acquired::Granted(lease))
+        }
+        Ok(None) => {
+            http.metrics.lock_refused();
+            let holder = match lock.state(name).await {
+                Ok(Some(s)) => Some(s.holder),
+                _ => None,
+            };
+            Ok(Acquired::NotGranted(holder))
+        }
+        Err(e) => Err(recipe_error(http, e, StatusCode::CONFLICT).await),
+    }
+}
+
+/// Renews `client_id`'s lease `token` on `name` with `ttl`; `stale` is the
+/// status of a token that does not hold the lock.
+pub(crate) async fn renew_lease(
+    http: &Http,
+    headers: &HeaderMap,
+    (name, client_id, token): (&str, &str, u64),
+    ttl: Duration,
+    stale: StatusCode,
+) -> Result<Lease, ApiError> {
+    let lock = http.locks.get(headers).await?;
+    match lock.renew(name, client_id, token, ttl).await {
+        Ok(lease) => Ok(lease),
+        Err(e) => Err(recipe_error(http, e, stale).await),
+    }
+}
+
+/// Releases `client_id`'s lease `token` on `name`.
+pub(crate) async fn release_lease(
+    http: &Http,
+    headers: &HeaderMap,
+    name: &str,
+    client_id: &str,
+    token: u64,
+) -> Result<(), ApiError> {
+    let lock = http.locks.get(headers).await?;
+    match lock.release(name, client_id, token).await {
+        Ok(()) => Ok(()),
+        Err(e) => Err(recipe_error(http, e, StatusCode::CONFLICT).await),
+    }
+}
+
+/// `name`'s holder and waiter count, linearizable (`None`: free).
+pub(crate) async fn lock_state(
+    http: &Http,
+    headers: &HeaderMap,
+    name: &str,
+) -> Result<Option<(Lease, usize)>, ApiError> {
+    let lock = http.locks.get(headers).await?;
+    match lock.state_synced(name).await {
+        Ok(s) => Ok(s.map(|s| (s.holder, s.waiters))),
+        Err(e) => Err(recipe_error(http, e, StatusCode::CONFLICT).await),
+    }
+}
+
 async fn do_acquire(
     http: &Http,
     headers: &HeaderMap,
@@ -462,27 +552,13 @@ async fn do_acquire(
         Ok(a) => a,
         Err(r) => return r.into_response(),
     };
-    let lock = match http.locks.get(headers).await {
-        Ok(l) => l,
-        Err(r) => return r.into_response(),
-    };
-    let started = std::time::Instant::now();
-    match lock.acquire(&name, &client_id, ttl, wait).await {
-        Ok(Some(lease)) => {
-            http.metrics
-                .lock_granted(!wait.is_zero(), started.elapsed());
-            Json(contract::granted(&name, &lease)).into_response()
-        }
-        Ok(None) => {
-            http.metrics.lock_refused();
-            let holder = match lock.state(&name).await {
-                Ok(Some(s)) => Some(s.holder),
-                _ => None,
-            };
+    match acquire_lease(http, headers, &name, &client_id, ttl, wait).await {
+        Ok(Acquired::Granted(lease)) => Json(contract::granted(&name, &lease)).into_response(),
+        Ok(Acquired::NotGranted(holder)) => {
             let answer = contract::not_granted(&name, &client_id, holder.as_ref(), wait);
             (StatusCode::CONFLICT, Json(answer)).into_response()
         }
-        Err(e) => recipe_error(http, e, StatusCode::CONFLICT).await,
+        Err(e) => e.into_response(),
     }
 }
 
@@ -497,17 +573,13 @@ async fn do_renew(
         Ok(a) => a,
         Err(r) => return r.into_response(),
     };
-    let lock = match http.locks.get(headers).await {
-        Ok(l) => l,
-        Err(r) => return r.into_response(),
-    };
     let stale = match contract {
         Contract::Path => StatusCode::CONFLICT,
         Contract::Body => StatusCode::FORBIDDEN,
     };
-    match lock.renew(&name, &client_id, token, ttl).await {
+    match renew_lease(http, headers, (&name, &client_id, token), ttl, stale).await {
         Ok(lease) => Json(contract::renewed(contract, &name, &lease)).into_response(),
-        Err(e) => recipe_error(http, e, stale).await,
+        Err(e) => e.into_response(),
     }
 }
 
@@ -522,13 +594,9 @@ async fn do_release(
         Ok(a) => a,
         Err(r) => return r.into_response(),
     };
-    let lock = match http.locks.get(headers).await {
-        Ok(l) => l,
-        Err(r) => return r.into_response(),
-    };
-    match lock.release(&name, &client_id, token).await {
+    match release_lease(http, headers, &name, &client_id, token).await {
         Ok(()) => Json(contract::released(&name, &client_id, token)).into_response(),
-        Err(e) => recipe_error(http, e, StatusCode::CONFLICT).await,
+        Err(e) => e.into_response(),
     }
 }
 
@@ -595,14 +663,12 @@ pub(crate) async fn state(
     if let Err(r) = check_name(&name) {
         return r.into_response();
     }
-    let lock = match http.locks.get(&headers).await {
-        Ok(l) => l,
-        Err(r) => return r.into_response(),
-    };
-    match lock.state_synced(&name).await {
-        Ok(Some(s)) => Json(contract::state(&name, &s.holder, s.waiters)).into_response(),
+    match lock_state(&http, &headers, &name).await {
+        Ok(Some((holder, waiters))) => {
+            Json(contract::state(&name, &holder, waiters)).into_response()
+        }
         Ok(None) => error(StatusCode::NOT_FOUND, format!("{name} is free")),
-        Err(e) => recipe_error(&http, e, StatusCode::CONFLICT).await,
+        Err(e) => e.into_response(),
     }
 }
 

@@ -10,16 +10,17 @@
 //! pipeline behind it. This module must never touch the tree directly.
 
 pub(crate) mod admin;
-mod contract;
+pub(crate) mod contract;
 mod health;
-mod limited;
+pub(crate) mod limited;
+pub(crate) mod lock_list;
 pub(crate) mod locks;
 mod metrics;
 mod process_metrics;
 mod push;
 mod snapshot;
-mod tls;
-mod watch;
+pub(crate) mod tls;
+pub(crate) mod watch;
 mod ws;
 
 use std::net::SocketAddr;
@@ -53,14 +54,6 @@ pub struct GatewayAuth {
     pub auth: crate::auth::AuthConfig,
 }
 
-/// How the door is guarded: TLS, who lock callers are, and the per-IP
-/// connection count.
-pub struct Guard {
-    pub tls: Option<crate::tls::Tls>,
-    pub auth: GatewayAuth,
-    pub limiter: crate::limits::Limiter,
-}
-
 /// What every handler shares.
 pub(crate) struct Http {
     core: mpsc::Sender<CoreMsg>,
@@ -74,35 +67,54 @@ pub(crate) struct Http {
     stop: CancellationToken,
 }
 
+impl Http {
+    /// Counts and times one request of `route` (the gRPC door's calls
+    /// too, by their gRPC path).
+    pub(crate) fn observe_request(&self, route: &str, code: u16, took: std::time::Duration) {
+        self.metrics.observe_request(route, code, took);
+    }
+}
+
 /// Largest HTTP request body.
 pub const HTTP_BODY_BYTES_MAX: usize = 64 * 1024;
 
-/// Serves HTTP on `listener` until `stop` is cancelled. `client` is this
-/// server's own native-protocol address, which the lock gateway dials.
-/// With `tls`, HTTPS only (and the gateway dials with TLS too).
-pub async fn serve(
-    listener: TcpListener,
+/// The lock API's state: the gateway, push waits, lock watches and
+/// metrics, shared by the HTTP door and the gRPC door (`crate::grpc`).
+/// `client` is this server's own native-protocol address, which the lock
+/// gateway dials (with TLS when `tls` is on).
+pub(crate) fn lock_api(
     core: mpsc::Sender<CoreMsg>,
     client: SocketAddr,
     stop: CancellationToken,
-    op_metrics: crate::opmetrics::OpMetrics,
-    guard: Guard,
-) {
-    let Guard { tls, auth, limiter } = guard;
-    let state = Arc::new(Http {
+    op_metrics: &crate::opmetrics::OpMetrics,
+    tls: Option<&crate::tls::Tls>,
+    auth: GatewayAuth,
+) -> Arc<Http> {
+    Arc::new(Http {
         core,
         locks: locks::Gateway::new(
             client,
-            tls.as_ref().map(|t| t.gateway.clone()),
+            tls.map(|t| t.gateway.clone()),
             auth.tokens,
             auth.lock_acl,
         ),
-        metrics: metrics::Metrics::new(&op_metrics),
+        metrics: metrics::Metrics::new(op_metrics),
         auth: auth.auth,
         push: push::Waits::default(),
         watch: watch::Hubs::default(),
-        stop: stop.clone(),
-    });
+        stop,
+    })
+}
+
+/// Serves HTTP on `listener` until `stop` is cancelled, for the lock API
+/// `state` (see [`lock_api`]). With `tls`, HTTPS only.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    state: Arc<Http>,
+    stop: CancellationToken,
+    tls: Option<crate::tls::Tls>,
+    limiter: crate::limits::Limiter,
+) {
     let app = router(state);
     let stopped = stop.cancelled_owned();
     let served = match tls {
@@ -132,6 +144,7 @@ fn router(state: Arc<Http>) -> Router {
         .route("/commands/{name}", get(admin::command))
         .route("/api/v1/openapi.json", get(openapi))
         .route("/api/v1/snapshot", get(snapshot::snapshot))
+        .route("/api/v1/locks", get(lock_list::list))
         .route("/api/v1/locks/acquire", post(locks::acquire_alt))
         .route("/api/v1/locks/renew", post(locks::renew_alt))
         .route("/api/v1/locks/release", post(locks::release_alt))
@@ -188,6 +201,14 @@ impl ApiError {
             status,
             message: message.into(),
         }
+    }
+
+    pub(crate) fn status(&self) -> axum::http::StatusCode {
+        self.status
+    }
+
+    pub(crate) fn message(&self) -> &str {
+        &self.message
     }
 }
 

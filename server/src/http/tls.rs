@@ -25,14 +25,14 @@ const PLAIN_HTTP_REFUSAL: &str = "HTTP/1.1 400 Bad Request\r\n\
     Content-Type: application/json\r\nConnection: close\r\nContent-Length: 61\r\n\r\n\
     {\"error\":\"this port speaks HTTPS only: use an https:// URL\"}\n";
 
-pub(super) struct TlsListener {
+pub(crate) struct TlsListener {
     tcp: TcpListener,
     acceptor: TlsAcceptor,
     handshakes: JoinSet<Option<(Stream, SocketAddr)>>,
 }
 
 impl TlsListener {
-    pub(super) fn new(tcp: TcpListener, acceptor: TlsAcceptor) -> Self {
+    pub(crate) fn new(tcp: TcpListener, acceptor: TlsAcceptor) -> Self {
         TlsListener {
             tcp,
             acceptor,

@@ -379,6 +379,27 @@ pub(crate) fn holder_event(name: &str, view: &LeaseView, kind: &str) -> Value {
     Value::Object(m)
 }
 
+/// The caller's stream of lock `name`'s holder events from
+/// `from_version` (see the module docs), ending when the server stops:
+/// `holder` messages ([`holder_event`]), and an `error` message that ends
+/// it. `name` must have been checked. The SSE door's and the gRPC door's
+/// (`crate::grpc`) watch.
+pub(crate) async fn holder_events(
+    http: &Arc<Http>,
+    headers: &HeaderMap,
+    name: &str,
+    from_version: Option<u64>,
+) -> Result<impl Stream<Item = Value> + Send + 'static, ApiError> {
+    let (identity, lock) = http.locks.session(headers).await?;
+    let events = http
+        .watch
+        .subscribe(http, identity, lock, name, from_version)?;
+    Ok(futures::StreamExt::take_until(
+        events,
+        http.stop.clone().cancelled_owned(),
+    ))
+}
+
 /// `GET /api/v1/locks/{name}/watch[?from_version=N]`: the lock's holder
 /// changes on Server-Sent Events (`holder` events, id = version).
 pub(crate) async fn watch_events(
@@ -400,9 +421,7 @@ pub(crate) async fn watch_events(
                 })?);
             }
         }
-        let (identity, lock) = http.locks.session(&headers).await?;
-        http.watch
-            .subscribe(&http, identity, lock, &name, from_version)
+        holder_events(&http, &headers, &name, from_version).await
     };
     let events = match started.await {
         Ok(s) => s,
@@ -416,7 +435,6 @@ pub(crate) async fn watch_events(
         }
         Ok::<_, Infallible>(event.data(m.to_string()))
     });
-    let events = futures::StreamExt::take_until(events, http.stop.clone().cancelled_owned());
     Sse::new(events)
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
         .into_response()
