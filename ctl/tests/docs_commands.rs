@@ -39,21 +39,33 @@ fn pages() -> Vec<PathBuf> {
 /// `\`-continued lines joined and a `$ ` prompt taken off.
 fn shell_lines(text: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
-    let mut in_shell = None::<bool>;
+    // None: outside a block; Some(kind): in one (sh, console or other).
+    let mut in_shell = None::<&str>;
     let mut pending: Option<(usize, String)> = None;
     for (i, line) in text.lines().enumerate() {
         let trimmed = line.trim_start();
         if let Some(info) = trimmed.strip_prefix("```") {
             in_shell = match in_shell {
-                None => Some(matches!(info.trim(), "sh" | "bash" | "console" | "shell")),
+                None => Some(match info.trim() {
+                    "sh" | "bash" | "shell" => "sh",
+                    "console" => "console",
+                    _ => "other",
+                }),
                 Some(_) => None,
             };
             continue;
         }
-        if in_shell != Some(true) {
-            continue;
-        }
-        let line = line.strip_prefix("$ ").unwrap_or(line);
+        // In a console block only `$ ` lines are commands (the rest is
+        // their output), unless a command goes on from the line before.
+        let line = match in_shell {
+            Some("sh") => line.strip_prefix("$ ").unwrap_or(line),
+            Some("console") => match (line.strip_prefix("$ "), &pending) {
+                (Some(command), _) => command,
+                (None, Some(_)) => line,
+                (None, None) => continue,
+            },
+            _ => continue,
+        };
         let (start, mut joined) = pending.take().unwrap_or((i + 1, String::new()));
         match line.trim_end().strip_suffix('\\') {
             Some(head) => {
