@@ -191,6 +191,21 @@ impl LockObserver {
         zxid: u64,
         time_ms: i64,
     ) {
+        // Only these create or delete nodes (a set_data, the commonest
+        // write, stops here).
+        let may_create_or_delete = matches!(
+            txn.kind,
+            Some(
+                TxnKind::Create(_)
+                    | TxnKind::Delete(_)
+                    | TxnKind::Multi(_)
+                    | TxnKind::CloseSession(_)
+                    | TxnKind::GuardedDelete(_)
+            )
+        );
+        if !may_create_or_delete {
+            return;
+        }
         let mut any = false;
         for t in &applied.triggers {
             let created = match t.event {
@@ -198,6 +213,9 @@ impl LockObserver {
                 EventType::NodeDeleted => false,
                 _ => continue,
             };
+            if !shape::ends_with_sequence(&t.path) {
+                continue;
+            }
             let Some((parent, name)) = shape::split(&t.path) else {
                 continue;
             };
