@@ -180,6 +180,9 @@ fn bench(c: &mut Criterion) {
         };
         g.bench_function(name, |b| b.iter(|| black_box(contenders(observed))));
     }
+    g.bench_function("lock index rebuilt over 10k nodes", |b| {
+        b.iter(|| black_box(observer(&tree)))
+    });
     g.bench_function("get_data 10k", |b| {
         b.iter(|| {
             for i in 0..NODES {

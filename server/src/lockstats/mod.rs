@@ -55,8 +55,8 @@ const CLIENT_ID_SHOWN_MAX: usize = 256;
 struct Queue {
     kind: Kind,
     contenders: BTreeMap<u64, Box<str>>,
-    /// When the head was granted, by the log's clock; `None` when this
-    /// server did not see the grant (the index was rebuilt since).
+    /// When the head was granted, by the log's clock; `None` when the
+    /// grant is older than the snapshot the index was rebuilt from.
     granted_at_ms: Option<i64>,
 }
 
@@ -138,7 +138,8 @@ pub struct Contender {
     pub client_id: Option<String>,
     /// When the node was created (queued), ms since the Unix epoch.
     pub created_at_ms: i64,
-    /// When it was granted (holder only, when this server saw it).
+    /// When it was granted (holder only; `None` when the grant is older
+    /// than the snapshot the index was rebuilt from).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub granted_at_ms: Option<i64>,
     /// A lease's expiry: its last write plus its TTL.
@@ -169,6 +170,9 @@ impl LockObserver {
         self.contenders = [0; shape::KINDS];
         self.held = [0; shape::KINDS];
         for (path, _) in tree.nodes() {
+            if !shape::ends_with_sequence(path) {
+                continue;
+            }
             let Some((parent, name)) = shape::split(path) else {
                 continue;
             };
@@ -191,6 +195,21 @@ impl LockObserver {
         zxid: u64,
         time_ms: i64,
     ) {
+        // Only these create or delete nodes (a set_data, the commonest
+        // write, stops here).
+        let may_create_or_delete = matches!(
+            txn.kind,
+            Some(
+                TxnKind::Create(_)
+                    | TxnKind::Delete(_)
+                    | TxnKind::Multi(_)
+                    | TxnKind::CloseSession(_)
+                    | TxnKind::GuardedDelete(_)
+            )
+        );
+        if !may_create_or_delete {
+            return;
+        }
         let mut any = false;
         for t in &applied.triggers {
             let created = match t.event {
@@ -198,6 +217,9 @@ impl LockObserver {
                 EventType::NodeDeleted => false,
                 _ => continue,
             };
+            if !shape::ends_with_sequence(&t.path) {
+                continue;
+            }
             let Some((parent, name)) = shape::split(&t.path) else {
                 continue;
             };
@@ -328,7 +350,7 @@ impl LockObserver {
             let path = warden_protocol::path::join(&t.parent, name);
             let (handoff, waited_ms) = match tree.stat(&path) {
                 // Created by an earlier entry: it waited in the queue.
-                Some(stat) if stat.czxid < zxid => (true, time_ms - stat.ctime_ms),
+                Some(stat) if stat.czxid < zxid => (true, time_ms.saturating_sub(stat.ctime_ms)),
                 _ => (false, 0),
             };
             self.metrics

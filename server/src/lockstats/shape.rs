@@ -75,6 +75,17 @@ const SEQ_DIGITS: usize = 10;
 /// Hex digits of a lease's client key, an election nonce, a kazoo uuid.
 const HEX_ID_LEN: usize = 32;
 
+/// Whether `path` ends in ten digits: the first, cheapest look (from the
+/// end, so most names fail at their last byte or two).
+pub fn ends_with_sequence(path: &str) -> bool {
+    let b = path.as_bytes();
+    b.len() > SEQ_DIGITS
+        && b[b.len() - SEQ_DIGITS..]
+            .iter()
+            .rev()
+            .all(u8::is_ascii_digit)
+}
+
 /// The kind and sequence number of the contender at `parent`/`name`, or
 /// `None` if the name is no contender's.
 pub fn contender(parent: &str, name: &str) -> Option<(Kind, u64)> {
@@ -242,6 +253,15 @@ mod tests {
             "lock-é000000001",
         ] {
             assert_eq!(contender("/p", name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_first_look_is_at_the_last_ten_bytes() {
+        assert!(ends_with_sequence("/l/lock-0000000001"));
+        assert!(ends_with_sequence("/0000000001"));
+        for path in ["/bench/n1", "/a/0000000001x", "0000000001", "/a/b"] {
+            assert!(!ends_with_sequence(path), "{path}");
         }
     }
 
