@@ -183,3 +183,27 @@ fn with_entry_replaced(data_dir: &Path) -> u64 {
     });
     index
 }
+
+/// A byte flipped inside what the Raft journal holds: the server refuses,
+/// naming the journal's directory (whether the journal fails its checksums
+/// or is cut back to before entries it had synced).
+#[tokio::test]
+async fn a_flipped_byte_in_the_journal_is_refused_naming_it() {
+    let mut server = Server::start();
+    write_some(&server, 200).await;
+    server.kill9();
+    let raft_dir = server.data_dir().join("data").join("raft");
+    let journal = std::fs::read_dir(&raft_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jnl"))
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .expect("a journal file");
+    let mut bytes = std::fs::read(&journal).unwrap();
+    // Journals are preallocated: flip within what was written, early on.
+    let written = bytes.iter().rposition(|&b| b != 0).expect("written") + 1;
+    let at = written / 3;
+    bytes[at] = !bytes[at];
+    std::fs::write(&journal, bytes).unwrap();
+    refused(&mut server, &raft_dir.display().to_string());
+}

@@ -112,9 +112,34 @@ impl DiskStorage {
     /// `snap_dir`, loading the hard state, conf state, the latest
     /// snapshot's metadata and the terms of the log.
     pub fn open(dir: &Path, snap_dir: &Path) -> Result<Self, StorageError> {
-        let db = Database::builder(dir)
-            .cache_size(BLOCK_CACHE_BYTES)
-            .open()?;
+        let damaged = |why: String| StorageError::Corrupt {
+            what: "journal",
+            detail: format!(
+                "the journal in {} cannot be recovered ({why}); wipe this server's data dir \
+                 and add it again (docs/operations.md: Storage faults)",
+                dir.display()
+            ),
+        };
+        // fjall asserts on some damaged journal records instead of
+        // returning an error: a panic while opening is a damaged journal
+        // too, and must be said as clearly.
+        let opened = std::panic::catch_unwind(|| {
+            Database::builder(dir).cache_size(BLOCK_CACHE_BYTES).open()
+        })
+        .map_err(|panic| {
+            let why = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "fjall panicked".into());
+            damaged(format!("fjall panicked: {}", why.replace('\n', " ")))
+        })?;
+        let db = opened.map_err(|e| match e {
+            // A journal that fails its checksums: name it and say what
+            // to do, as for every other damaged file.
+            fjall::Error::JournalRecovery(why) => damaged(format!("{why:?}")),
+            e => e.into(),
+        })?;
         let log = db.keyspace("raft_log", || {
             KeyspaceCreateOptions::default().max_memtable_size(LOG_MEMTABLE_BYTES)
         })?;
