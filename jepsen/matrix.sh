@@ -82,7 +82,7 @@ notes = [n["kind"] for n in r.get("notes", [])]
 if notes:
     anom += " (notes: " + ", ".join(sorted(set(notes))) + ")"
 ops = r["ops"]
-print(f'{r["valid"]} | {faults} | {ops["ok"]} / {ops["invoked"]} | {anom} | {os.path.realpath(os.path.dirname(path))}')
+print(f'{json.dumps(r["valid"])} | {faults} | {ops["ok"]} / {ops["invoked"]} | {anom} | {os.path.realpath(os.path.dirname(path))}')
 PY
 )
             echo "| $workload | $set | $seed | $row |" >>"$summary"
