@@ -119,39 +119,6 @@ impl Drop for Kazoo {
     }
 }
 
-/// Holds `answers` against the OpenAPI document `http` serves, with
-/// `tests/openapi/check_answers.py` (as seed_contracts.rs does).
-fn hold_against_openapi(http: &str, answers: &[Value]) {
-    let venv = warden_testkit::python::venv(
-        "openapi-venv",
-        &[
-            "openapi-spec-validator==0.9.0",
-            "openapi-schema-validator==0.9.0",
-        ],
-    );
-    let (status, doc) = request(http, "GET", "/api/v1/openapi.json", None);
-    assert_eq!(status, 200, "{doc}");
-    let dir = tempfile::tempdir().unwrap();
-    let doc_path = dir.path().join("openapi.json");
-    let answers_path = dir.path().join("answers.json");
-    std::fs::write(&doc_path, doc).unwrap();
-    std::fs::write(&answers_path, Value::from(answers.to_vec()).to_string()).unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/openapi/check_answers.py");
-    let out = Command::new(venv.join("bin/python"))
-        .arg(script)
-        .arg(&doc_path)
-        .arg(&answers_path)
-        .output()
-        .expect("run check_answers.py");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "answers against the OpenAPI document:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(stdout.trim(), format!("ok: {} answers", answers.len()));
-}
-
 async fn connect(addr: &str) -> Client {
     Client::connect(addr, ConnectOptions::default())
         .await
@@ -365,7 +332,7 @@ async fn locks_of_every_door_are_listed_and_counted_on_every_node() {
                 json!({"method": "GET", "path": "/api/v1/locks", "status": status, "body": body}),
             );
         }
-        hold_against_openapi(&http, &answers);
+        common::openapi::hold(&http, answers.to_vec());
 
         // An HTTP lease left to lapse: removed by its TTL, counted as
         // expired (not released) on every node.
