@@ -31,7 +31,10 @@
 //! The fencing token of a grant is the czxid of its node: strictly larger
 //! than that of every earlier grant of the same lease (zxids only grow).
 //! `expires_at_ms` is the node's mtime (the Raft leader's clock, in ms since
-//! the Unix epoch) plus the TTL.
+//! the Unix epoch) plus the TTL. The server measures the TTL itself on the
+//! leader's monotonic clock from when it saw the write (a new leader
+//! re-arms it whole), so a wall-clock jump moves no expiry and
+//! `expires_at_ms` is the earliest it can go, by a clock that did not jump.
 //!
 //! # A renewal may ask for another TTL
 //!
@@ -71,8 +74,9 @@
 //! # TTL granularity
 //!
 //! The server checks TTL nodes periodically (every 5 ticks: 500 ms at the
-//! default 100 ms tick). A lease is removed at the first check *after*
-//! `expires_at_ms`, so it may outlive its TTL by up to that interval, and a
+//! default 100 ms tick). A lease is removed at the first check after its
+//! deadline, so it may outlive its TTL by up to two intervals (one to see
+//! the write, one to see the deadline pass), and a
 //! renewal that commits before that check still succeeds. Nobody else can
 //! be granted the lease meanwhile, so that is safe; but a holder must not
 //! count on a lease beyond `expires_at_ms`, and a protected resource should

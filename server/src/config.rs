@@ -102,6 +102,11 @@ pub struct ServeArgs {
         env = "WARDEN_CLOCK_OFFSET_MS"
     )]
     pub clock_offset_ms: i64,
+    /// Tests of clock jumps only: a file holding a clock offset in ms,
+    /// re-read while the server runs (a missing or empty file is 0), so a
+    /// test can jump this server's wall clock at run time.
+    #[arg(long, hide = true, env = "WARDEN_CLOCK_OFFSET_FILE")]
+    pub clock_offset_file: Option<std::path::PathBuf>,
     /// KNOWN-BAD, for the Jepsen selftest only: answer linearizable reads
     /// and `sync` from this server's own tree, without ReadIndex, so a
     /// partitioned or lagging server serves stale data. The suite must
@@ -215,6 +220,8 @@ pub struct Config {
     pub snapshot_bytes: u64,
     pub max_log_bytes: u64,
     pub clock_offset_ms: i64,
+    /// Tests only: re-read the clock offset from this file.
+    pub clock_offset_file: Option<std::path::PathBuf>,
     /// Known-bad: linearizable reads without ReadIndex (selftest only).
     pub unsafe_skip_read_index: bool,
     /// TLS for the doors and the peer links; `None`: plaintext everywhere.
@@ -346,6 +353,7 @@ impl ServeArgs {
             snapshot_bytes: self.snapshot_bytes.max(1),
             max_log_bytes: self.max_log_bytes,
             clock_offset_ms: self.clock_offset_ms,
+            clock_offset_file: self.clock_offset_file.clone(),
             unsafe_skip_read_index: self.unsafe_skip_read_index,
             tls,
             limits,

@@ -37,6 +37,7 @@ pub mod serve;
 pub mod session;
 pub mod tls;
 pub mod tree;
+pub mod ttl;
 pub mod watch;
 pub mod zk;
 

@@ -1,11 +1,13 @@
 //! Node times come from the leader's clock only: a follower whose clock is
 //! an hour ahead neither stamps the nodes written through it with its own
-//! time nor keeps a TTL node alive for an extra hour.
+//! time nor keeps a TTL node alive for an extra hour. And TTL expiry is
+//! measured on the leader's monotonic clock: its wall clock jumping forward
+//! or back while it leads moves no expiry.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use warden_client::{Client, ConnectOptions, CreateOptions, ErrorCode};
-use warden_testkit::{Cluster, ServerOptions};
+use warden_testkit::{Cluster, Server, ServerOptions};
 
 const HOUR_MS: i64 = 3_600_000;
 
@@ -89,4 +91,73 @@ async fn a_follower_with_a_wrong_clock_moves_no_node_time() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Waits until the server stamps writes with a clock `offset_ms` off the
+/// real one (it re-reads its offset file every few ticks).
+async fn until_clock_offset(c: &Client, offset_ms: i64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stat = c.set_data("/probe", b"p", None).await.unwrap();
+        if (stat.mtime_ms - (wall_ms() + offset_ms)).abs() < 60_000 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the clock offset {offset_ms} never took"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn until_gone(c: &Client, path: &str, server: &Server) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.exists(path).await.unwrap().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "{path} outlived its 1 s TTL by 30 s; log:\n{}",
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn ttl(ms: u64) -> CreateOptions {
+    CreateOptions {
+        ttl: Some(Duration::from_millis(ms)),
+        ..CreateOptions::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leaders_clock_jumping_moves_no_ttl_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let offset = dir.path().join("clock-offset-ms");
+    let server = Server::start_with(ServerOptions {
+        extra_args: vec!["--clock-offset-file".into(), offset.display().to_string()],
+        ..ServerOptions::default()
+    });
+    let c = Client::connect(server.addr(), opts()).await.unwrap();
+    c.create("/probe", b"", CreateOptions::default())
+        .await
+        .unwrap();
+    c.create("/long", b"x", ttl(120_000)).await.unwrap();
+
+    // Forward an hour: by mtime + TTL, /long would be an hour overdue.
+    std::fs::write(&offset, HOUR_MS.to_string()).unwrap();
+    until_clock_offset(&c, HOUR_MS).await;
+    c.create("/back", b"x", ttl(1_000)).await.unwrap();
+
+    // Back to the real time: /back's mtime is now an hour ahead, and by
+    // mtime + TTL it would live an hour.
+    std::fs::write(&offset, "0").unwrap();
+    until_clock_offset(&c, 0).await;
+    until_gone(&c, "/back", &server).await;
+
+    // Every expiry check since the jump forward has seen /long.
+    assert!(
+        c.exists("/long").await.unwrap().is_some(),
+        "a TTL node of 120 s expired when the leader's clock jumped forward; log:\n{}",
+        server.log()
+    );
 }

@@ -277,6 +277,10 @@ impl ReadyHandler for Machine {
             self.heartbeats_sent.clear();
         }
         info!(role = ?ss.raft_state, leader = ss.leader_id, "raft role changed");
+        if self.role != StateRole::Leader || !was_leader {
+            // A new leader re-arms every TTL node with its full TTL.
+            self.ttl.reset();
+        }
         if self.role == StateRole::Leader && !was_leader {
             let sessions: Vec<(u64, Duration)> = self
                 .tree

@@ -57,6 +57,7 @@ use crate::raft::transport::{PeerEvent, Transport};
 use crate::raft::{DiskStorage, RaftNode};
 use crate::session::Sessions;
 use crate::tree::{DataTree, FrozenTree};
+use crate::ttl::TtlDeadlines;
 use crate::watch::ConnId;
 
 use clients::Clients;
@@ -212,6 +213,8 @@ struct Machine {
     proposals: Proposals,
     /// Guarded deletes proposed and not yet applied (path).
     removals_inflight: HashSet<String>,
+    /// TTL deadlines on this leader's monotonic clock (`crate::ttl`).
+    ttl: TtlDeadlines,
     role: StateRole,
     leader_id: u64,
     transport: Transport,
@@ -331,6 +334,7 @@ impl Core {
                 sessions: Sessions::default(),
                 proposals: Proposals::new(),
                 removals_inflight: HashSet::new(),
+                ttl: TtlDeadlines::default(),
                 role: StateRole::Follower,
                 leader_id: 0,
                 transport,
@@ -545,7 +549,8 @@ impl Core {
             }
         }
         if self.ticks.is_multiple_of(REMOVAL_CHECK_TICKS) {
-            for guarded in self.m.tree.removal_candidates(proposals::now_ms()) {
+            proposals::reread_clock_offset(self.m.cfg.clock_offset_file.as_deref());
+            for guarded in self.m.ttl.removals(&self.m.tree, Instant::now()) {
                 if !self.m.removals_inflight.insert(guarded.path.clone()) {
                     continue;
                 }

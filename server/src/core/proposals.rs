@@ -279,6 +279,32 @@ pub fn set_clock_offset_ms(offset: i64) {
     CLOCK_OFFSET_MS.store(offset, Ordering::Relaxed);
 }
 
+/// Tests of clock jumps: sets the offset from `file` (milliseconds; a
+/// missing or empty file is 0), when the server was given one
+/// (`--clock-offset-file`).
+pub fn reread_clock_offset(file: Option<&std::path::Path>) {
+    let Some(file) = file else {
+        return;
+    };
+    let offset = match std::fs::read_to_string(file) {
+        Ok(text) if text.trim().is_empty() => 0,
+        Ok(text) => match text.trim().parse::<i64>() {
+            Ok(ms) => ms,
+            Err(e) => {
+                tracing::warn!(file = %file.display(), error = %e, "clock offset file unreadable; offset kept");
+                return;
+            }
+        },
+        Err(_) => 0,
+    };
+    if CLOCK_OFFSET_MS.swap(offset, Ordering::Relaxed) != offset {
+        tracing::warn!(
+            offset_ms = offset,
+            "this server's wall clock jumped (test clock offset)"
+        );
+    }
+}
+
 /// Wall clock, milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     SystemTime::now()

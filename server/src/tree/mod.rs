@@ -23,7 +23,7 @@
 //! tree.sessions() -> impl Iterator<Item = (u64, &SessionInfo)>
 //! tree.ephemerals(session_id) -> Vec<String>       // sorted paths
 //! tree.node_count() -> usize
-//! tree.removal_candidates(now_ms: i64) -> Vec<GuardedDeleteTxn>
+//! tree.removal_candidates_by(ttl_expired: FnMut(&str, TtlNode) -> bool) -> Vec<GuardedDeleteTxn>
 //! tree.freeze() -> FrozenTree                      // a view that later changes miss
 //! frozen.to_snapshot() / frozen.encode()           // proto::Snapshot, on any thread
 //! tree.to_snapshot() -> Snapshot                   // freeze + to_snapshot
@@ -279,31 +279,54 @@ impl DataTree {
         self.nodes.iter().map(|(p, n)| (&**p, &**n))
     }
 
-    /// The removals the leader should propose at `now_ms`, sorted by path:
-    /// every childless container that has had a child (cversion > 0), and
-    /// every childless TTL node unmodified for longer than its TTL. Each is
-    /// guarded by the node's current mzxid and pzxid, so it becomes a no-op
-    /// if the node changes before the removal applies.
+    /// The removals the leader should propose, sorted by path: every
+    /// childless container that has had a child (cversion > 0), and every
+    /// childless TTL node that `ttl_expired` judges past its lifetime.
+    /// `ttl_expired` is asked about every TTL node, childless or not, once
+    /// per call (the leader's deadline table, `crate::ttl`, learns of each
+    /// change that way). Each removal is guarded by the node's current mzxid
+    /// and pzxid, so it becomes a no-op if the node changes before it
+    /// applies.
     ///
     /// Reads only the container and TTL indexes, never the whole tree.
-    pub fn removal_candidates(&self, now_ms: i64) -> Vec<GuardedDeleteTxn> {
+    pub fn removal_candidates_by(
+        &self,
+        mut ttl_expired: impl FnMut(&str, TtlNode) -> bool,
+    ) -> Vec<GuardedDeleteTxn> {
         // The union of two sorted sets iterates in sorted order.
         self.containers
             .union(&self.ttls)
             .filter_map(|path| {
                 let node = self.nodes.get(path.as_str())?;
+                let expired = node.ttl_ms > 0
+                    && ttl_expired(
+                        path,
+                        TtlNode {
+                            mzxid: node.mzxid,
+                            mtime_ms: node.mtime_ms,
+                            ttl_ms: node.ttl_ms,
+                        },
+                    );
                 if !node.children.is_empty() {
                     return None;
                 }
                 let container_done = node.container && node.cversion > 0;
-                let ttl_expired = node.ttl_ms > 0 && ttl_expired(node, now_ms);
-                (container_done || ttl_expired).then(|| GuardedDeleteTxn {
+                (container_done || expired).then(|| GuardedDeleteTxn {
                     path: path.clone(),
                     expected_mzxid: node.mzxid,
                     expected_pzxid: node.pzxid,
                 })
             })
             .collect()
+    }
+
+    /// [`Self::removal_candidates_by`] with TTLs judged by a wall clock at
+    /// `now_ms` against each node's mtime, as ZooKeeper does: the model the
+    /// tree's tests use. The server itself judges TTLs on the leader's
+    /// monotonic clock (`crate::ttl`), so a clock jump cannot expire one.
+    #[cfg(test)]
+    pub fn removal_candidates(&self, now_ms: i64) -> Vec<GuardedDeleteTxn> {
+        self.removal_candidates_by(|_, n| n.expired_at_wall(now_ms))
     }
 
     /// The node at `path`, to change: copied first if a frozen view still
@@ -386,9 +409,21 @@ impl DataTree {
     }
 }
 
-/// Whether a TTL node is past its lifetime: unmodified for more than
-/// `ttl_ms`. Computed in i128 so that a huge TTL (from the wire) or a
-/// far-future clock cannot overflow.
-fn ttl_expired(node: &Node, now_ms: i64) -> bool {
-    i128::from(now_ms) > i128::from(node.mtime_ms) + i128::from(node.ttl_ms)
+/// A TTL node, as an expiry check sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TtlNode {
+    /// Changes with every write of the node (and so with every renewal).
+    pub mzxid: u64,
+    /// The leader's wall clock when the node was last written.
+    pub mtime_ms: i64,
+    pub ttl_ms: u64,
+}
+
+impl TtlNode {
+    /// Whether the node is past its lifetime by a wall clock at `now_ms`:
+    /// unmodified for more than `ttl_ms`. Computed in i128 so that a huge
+    /// TTL (from the wire) or a far-future clock cannot overflow.
+    pub fn expired_at_wall(&self, now_ms: i64) -> bool {
+        i128::from(now_ms) > i128::from(self.mtime_ms) + i128::from(self.ttl_ms)
+    }
 }
