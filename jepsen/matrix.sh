@@ -21,7 +21,7 @@ seeds="1 2 3"
 nodes=3
 store=store
 workloads="lock lease election register sequential ephemeral watch lock-set session-order"
-nemeses="kill;pause;partition;client-partition;membership;restart-all;corrupt;kill,pause,partition,client-partition --overlap"
+nemeses="kill;pause;partition;client-partition;membership;restart-all;corrupt;clock;kill,pause,partition,client-partition --overlap"
 while [ $# -gt 0 ]; do
     case "$1" in
         --time-limit) time_limit=$2; shift 2 ;;

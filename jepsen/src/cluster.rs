@@ -185,6 +185,13 @@ impl Cluster {
         running && !node.paused
     }
 
+    /// Jumps node `id`'s wall clock to `offset_ms` off the real time (0:
+    /// back to it). The node re-reads its offset every few ticks.
+    pub fn set_clock_offset(&self, id: u64, offset_ms: i64) -> Result<()> {
+        std::fs::write(clock_file(&self.opts.dir, id), offset_ms.to_string())?;
+        Ok(())
+    }
+
     /// Starts node `id`'s process (its data directory as it is).
     fn spawn(&mut self, id: u64) -> Result<()> {
         let peers = self.peers_flag();
@@ -215,6 +222,9 @@ impl Cluster {
             .arg(opts.tick_ms.to_string())
             .arg("--snapshot-entries")
             .arg(opts.snapshot_entries.to_string())
+            // The clock nemesis jumps a node's wall clock through this file.
+            .arg("--clock-offset-file")
+            .arg(clock_file(&opts.dir, id))
             .env("WARDEN_LOG", "info,warden_server=debug")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -668,4 +678,9 @@ fn free_ports(n: usize) -> Vec<u16> {
     held.iter()
         .map(|l| l.local_addr().expect("bound listener").port())
         .collect()
+}
+
+/// Where node `id` reads its test clock offset (`--clock-offset-file`).
+fn clock_file(dir: &std::path::Path, id: u64) -> PathBuf {
+    dir.join(format!("clock-offset-{id}"))
 }

@@ -365,6 +365,7 @@ pub const FAULTS: &[(&str, &str, &str)] = &[
     ("corrupt", "corrupt", "recover"),
     ("membership", "remove", "add"),
     ("restart-all", "stop-all", "start-all"),
+    ("clock", "clock-jump", "clock-reset"),
 ];
 
 /// The periods during which nemesis faults were in force, from the start

@@ -89,7 +89,7 @@ struct TestArgs {
     #[arg(long, value_parser = parse_workload)]
     workload: Workload,
     /// Faults, comma-separated: kill, pause, partition, client-partition,
-    /// membership, restart-all, corrupt (or none).
+    /// membership, restart-all, corrupt, clock (or none).
     #[arg(long, default_value = "kill,partition")]
     nemesis: String,
     /// Seconds of load.

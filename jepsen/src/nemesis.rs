@@ -8,7 +8,10 @@
 //! `corrupt`/`recover` (one node killed, one of its files damaged — see
 //! [`crate::disk`] — and started again: it either serves or refuses to
 //! start; a refused node is recovered as an operator would, removed from
-//! the group, wiped and added back).
+//! the group, wiped and added back), `clock-jump`/`clock-reset` (a node's
+//! wall clock, usually the leader's, jumps minutes to an hour forward or
+//! back while it runs, then returns; TTL leases must expire neither early
+//! nor late).
 //!
 //! With `overlap`, process faults (kill, pause, membership, restart-all)
 //! and network faults (partition, client-partition) run in two lanes at
@@ -41,10 +44,11 @@ pub enum Fault {
     RestartAll,
     ClientPartition,
     Corrupt,
+    Clock,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 7] = [
+    pub const ALL: [Fault; 8] = [
         Fault::Kill,
         Fault::Pause,
         Fault::Partition,
@@ -52,6 +56,7 @@ impl Fault {
         Fault::RestartAll,
         Fault::ClientPartition,
         Fault::Corrupt,
+        Fault::Clock,
     ];
 
     /// A fault of the network (the overlap's second lane), not of processes.
@@ -68,6 +73,7 @@ impl Fault {
             Fault::RestartAll => "restart-all",
             Fault::ClientPartition => "client-partition",
             Fault::Corrupt => "corrupt",
+            Fault::Clock => "clock",
         }
     }
 }
@@ -250,6 +256,8 @@ enum Undo {
         id: u64,
         refused: bool,
     },
+    /// Clocks of these nodes back to the real time.
+    ClockReset(NodeSet),
 }
 
 /// A small set of node ids (bit i = node i).
@@ -429,6 +437,33 @@ async fn start(
                 }
             }
         }
+        Fault::Clock => {
+            // Mostly the leader (whose clock would decide TTL expiry), and
+            // mostly forward (a forward jump is what could expire a lease
+            // early; a backward one what could keep it late).
+            let leader = if rng.random_bool(2.0 / 3.0) {
+                c.leader().await
+            } else {
+                None
+            };
+            let (how, nodes) = match leader {
+                Some(l) => ("leader", vec![l]),
+                None => ("one", vec![*c.ids().choose(rng).expect("nodes")]),
+            };
+            let minutes = rng.random_range(1..=60i64);
+            let offset_ms = if rng.random_bool(2.0 / 3.0) { 1 } else { -1 } * minutes * 60_000;
+            let value = json!({"targets": how, "nodes": nodes, "offset_ms": offset_ms, "majority_kept": true});
+            let inv = history.invoke(Process::NEMESIS, "clock-jump", value.clone());
+            let mut jumped = Vec::new();
+            for &id in &nodes {
+                match c.set_clock_offset(id, offset_ms) {
+                    Ok(()) => jumped.push(id),
+                    Err(e) => tally.errors.push(format!("clock of node {id}: {e}")),
+                }
+            }
+            history.ok(&inv, value);
+            Undo::ClockReset(NodeSet::of(&jumped))
+        }
         Fault::RestartAll => {
             let ids = c.ids();
             let value = json!({"nodes": ids, "majority_kept": false});
@@ -453,6 +488,7 @@ async fn stop(c: &mut Cluster, history: &History, undo: Undo, tally: &mut Tally)
         Undo::Membership(id) => ("add", json!({"node": id})),
         Undo::StartAll => ("start-all", json!({"nodes": c.ids()})),
         Undo::Recover { id, refused } => ("recover", json!({"node": id, "rejoin": refused})),
+        Undo::ClockReset(s) => ("clock-reset", json!({"nodes": s.ids()})),
     };
     let inv = history.invoke(Process::NEMESIS, f, value.clone());
     let result = match undo {
@@ -507,6 +543,10 @@ async fn stop(c: &mut Cluster, history: &History, undo: Undo, tally: &mut Tally)
             Ok(()) => c.add_member(id).await,
             Err(e) => Err(e),
         },
+        Undo::ClockReset(s) => s
+            .ids()
+            .into_iter()
+            .try_for_each(|id| c.set_clock_offset(id, 0)),
     };
     match result {
         Ok(()) => {
