@@ -121,15 +121,32 @@ mod tests {
         due.iter().map(|g| g.path.as_str()).collect()
     }
 
-    #[test]
-    fn a_ttl_node_expires_a_ttl_after_its_deadline_was_armed_whatever_the_wall_clock_says() {
+    fn delete(path: &str) -> Txn {
+        txn(Kind::Delete(DeleteTxn {
+            path: path.into(),
+            version: None,
+        }))
+    }
+
+    /// A tree with TTL node /t (1 s, stamped at `wall_ms`; more nodes from
+    /// `more`), and a table that saw it at t0.
+    fn armed(wall_ms: i64, more: &[Txn]) -> (DataTree, TtlDeadlines, Instant) {
         let mut tree = DataTree::new();
-        // Stamped an hour in the past by the wall clock: ZooKeeper's rule
-        // would remove it at once.
-        tree.apply(1, WALL0 - 3_600_000, &create("/t", 1_000));
+        tree.apply(1, wall_ms, &create("/t", 1_000));
+        for (i, t) in more.iter().enumerate() {
+            tree.apply(2 + i as u64, wall_ms, t);
+        }
         let mut ttl = TtlDeadlines::default();
         let t0 = Instant::now();
         assert!(ttl.removals(&tree, t0).is_empty(), "armed, not due");
+        (tree, ttl, t0)
+    }
+
+    #[test]
+    fn a_ttl_node_expires_a_ttl_after_its_deadline_was_armed_whatever_the_wall_clock_says() {
+        // Stamped an hour in the past by the wall clock: ZooKeeper's rule
+        // would remove it at once.
+        let (tree, mut ttl, t0) = armed(WALL0 - 3_600_000, &[]);
         assert_eq!(ttl.len(), 1);
         assert!(ttl
             .removals(&tree, t0 + Duration::from_millis(999))
@@ -142,11 +159,7 @@ mod tests {
 
     #[test]
     fn a_write_rearms_the_deadline() {
-        let mut tree = DataTree::new();
-        tree.apply(1, WALL0, &create("/t", 1_000));
-        let mut ttl = TtlDeadlines::default();
-        let t0 = Instant::now();
-        ttl.removals(&tree, t0);
+        let (mut tree, mut ttl, t0) = armed(WALL0, &[]);
         tree.apply(
             2,
             WALL0,
@@ -169,22 +182,10 @@ mod tests {
 
     #[test]
     fn a_node_with_children_stays_and_a_reset_rearms_everything() {
-        let mut tree = DataTree::new();
-        tree.apply(1, WALL0, &create("/t", 1_000));
-        tree.apply(2, WALL0, &create("/t/c", 0));
-        let mut ttl = TtlDeadlines::default();
-        let t0 = Instant::now();
-        ttl.removals(&tree, t0);
+        let (mut tree, mut ttl, t0) = armed(WALL0, &[create("/t/c", 0)]);
         let later = t0 + Duration::from_secs(5);
         assert!(ttl.removals(&tree, later).is_empty(), "it has a child");
-        tree.apply(
-            3,
-            WALL0,
-            &txn(Kind::Delete(DeleteTxn {
-                path: "/t/c".into(),
-                version: None,
-            })),
-        );
+        tree.apply(3, WALL0, &delete("/t/c"));
         // A new leader: the node gets its full TTL again.
         ttl.reset();
         assert!(ttl.removals(&tree, later).is_empty());
@@ -196,19 +197,8 @@ mod tests {
 
     #[test]
     fn deadlines_of_removed_nodes_are_forgotten() {
-        let mut tree = DataTree::new();
-        tree.apply(1, WALL0, &create("/t", 1_000));
-        let mut ttl = TtlDeadlines::default();
-        let t0 = Instant::now();
-        ttl.removals(&tree, t0);
-        tree.apply(
-            2,
-            WALL0,
-            &txn(Kind::Delete(DeleteTxn {
-                path: "/t".into(),
-                version: None,
-            })),
-        );
+        let (mut tree, mut ttl, t0) = armed(WALL0, &[]);
+        tree.apply(2, WALL0, &delete("/t"));
         assert!(ttl.removals(&tree, t0).is_empty());
         assert!(ttl.is_empty());
     }
