@@ -261,10 +261,90 @@ fn zkcli(server: &str, commands: &[&str]) -> (String, String) {
     )
 }
 
+/// zkCli.sh's reconfig (ZooKeeper's ZooKeeperAdmin) on a 3-node cluster
+/// and a spare started with `--join`: refused before `addauth` as the
+/// super user (NoAuth), for a stale `-v` (BadVersion) and a bad server
+/// line (BadArguments); `-add` makes the spare an observer, `config`
+/// shows it, `-remove` takes it out again.
+#[test]
+fn zkcli_reconfig() {
+    let needs = [
+        ("zkCli.sh (Debian's zookeeper)", Path::new(ZKCLI).exists()),
+        ("java", runs("java", "-version")),
+    ];
+    if !have("zkCli reconfig", &needs) {
+        return;
+    }
+    let digest = warden_protocol::auth::digest_id("admin:root-pw").unwrap();
+    let mut cluster = Cluster::start_with_spares(
+        3,
+        1,
+        warden_testkit::ServerOptions {
+            extra_args: vec!["--super-digest".into(), digest],
+            ..Default::default()
+        },
+    );
+    cluster.launch_spare(4);
+    let line4 = format!(
+        "server.4={}:3888:observer;{}",
+        cluster.peer_addr(4),
+        cluster.zk_addr(4)
+    );
+    let add = format!("reconfig -add {line4}");
+    let (out, err) = zkcli(
+        cluster.zk_addr(1),
+        &[
+            "reconfig -remove 3",
+            "addauth digest admin:root-pw",
+            "reconfig -v 1 -remove 3",
+            "reconfig -add server.5=nohost",
+            &add,
+            "config",
+            "reconfig -remove 4",
+        ],
+    );
+    let all = format!("{out}\n{err}");
+    let has = |want: &str| all.contains(want);
+    let server4 = format!("server.4={}:0:observer", cluster.peer_addr(4));
+    // Each "Committed new configuration:" is followed by the config.
+    let committed: Vec<&str> = out.split("Committed new configuration:").skip(1).collect();
+    let checks: Vec<(&str, bool)> = vec![
+        ("NoAuth before addauth", has("Insufficient permission")),
+        // zkCli's words for BadVersion and BadArguments.
+        ("stale -v: BadVersion", has("version No is not valid")),
+        ("bad line: BadArguments", has("Arguments are not valid")),
+        ("two reconfigs committed", committed.len() == 2),
+        (
+            "-add: the spare is an observer",
+            committed.first().is_some_and(|c| c.contains(&server4)),
+        ),
+        (
+            "config shows it",
+            all.lines().filter(|l| l.starts_with(&server4)).count() >= 2,
+        ),
+        (
+            "-remove: gone again",
+            committed
+                .get(1)
+                .is_some_and(|c| !c.contains("server.4=") && c.contains("server.3=")),
+        ),
+    ];
+    let failed: Vec<&str> = checks
+        .iter()
+        .filter(|(_, ok)| !ok)
+        .map(|(n, _)| *n)
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "zkCli reconfig checks failed: {failed:?}\n--- stdout\n{out}\n--- stderr\n{err}\n--- node 1 log\n{}",
+        cluster.log(1)
+    );
+}
+
 /// zkCli.sh's commands, ZooKeeper 3.8's own client: the 3.6+ ones
 /// (addWatch, getAllChildrenNumber, getEphemerals, removewatches, whoami,
 /// config, sync), the everyday ones, and those Warden does not support
-/// (setquota, reconfig), which must say so clearly.
+/// (setquota), which must say so clearly.
 #[test]
 fn zkcli_command_set() {
     let needs = [
@@ -374,10 +454,8 @@ fn zkcli_command_set() {
         ),
         ("listquota: none", has("quota for /q does not exist.")),
         ("delquota: none", has("Quota does not exist for /q")),
-        (
-            "reconfig: unsupported, said so",
-            has_line("KeeperErrorCode = Unimplemented"),
-        ),
+        // Only the super user may reconfig (zkcli_reconfig has the rest).
+        ("reconfig: NoAuth", has("Insufficient permission")),
         ("delete non-empty", has("Node not empty: /q/a")),
         ("deleteall", has("Node does not exist: /q/a")),
     ];

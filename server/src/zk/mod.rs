@@ -16,6 +16,7 @@ pub mod fourletter;
 pub mod frames;
 pub mod jute;
 pub mod proto;
+pub mod reconfig;
 pub mod reserved;
 
 use tokio::io::AsyncReadExt;

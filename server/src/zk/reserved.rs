@@ -149,17 +149,40 @@ pub fn encode(op: i32, node: Node, resp: &pb::Response) -> (i32, Writer) {
             }
         }
         opcode::GET_ACL => {
-            // ZooKeeper's: world:anyone may only read the config node.
-            let perms = match node {
-                Node::Config => warden_protocol::perms::READ,
-                _ => warden_protocol::perms::ALL,
+            let acl = match node {
+                Node::Config => config_acl(),
+                _ => vec![pb::Acl {
+                    perms: warden_protocol::perms::ALL,
+                    scheme: "world".into(),
+                    id: "anyone".into(),
+                }],
             };
-            w.int(1).int(perms as i32).string("world").string("anyone");
+            w.int(acl.len() as i32);
+            for a in &acl {
+                w.int(a.perms as i32).string(&a.scheme).string(&a.id);
+            }
             write_stat(&mut w, &stat);
         }
         _ => {}
     }
     (0, w)
+}
+
+/// The ACL of `/zookeeper/config`, ZooKeeper's: world:anyone may only
+/// read it. A reconfig needs ADMIN on it, so only the super user
+/// (`--super-digest`) may make one.
+pub fn config_acl() -> Vec<pb::Acl> {
+    vec![pb::Acl {
+        perms: warden_protocol::perms::READ,
+        scheme: "world".into(),
+        id: "anyone".into(),
+    }]
+}
+
+/// The `version=` of [`config`] for this membership: what a reconfig's
+/// curConfigId is checked against.
+pub fn config_version(status: &pb::ClusterStatusResponse) -> u64 {
+    fingerprint(&member_lines(status))
 }
 
 /// The membership in ZooKeeper's dynamic-config format: per member
@@ -175,6 +198,14 @@ pub fn encode(op: i32, node: Node, resp: &pb::Response) -> (i32, Writer) {
 /// ZooKeeper port learned) and every member that knows every port computes
 /// the same one.
 pub fn config(status: &pb::ClusterStatusResponse) -> String {
+    let mut out = member_lines(status);
+    let version = fingerprint(&out);
+    out.push_str(&format!("version={version:x}"));
+    out
+}
+
+/// One `server.` line per member, sorted by id.
+fn member_lines(status: &pb::ClusterStatusResponse) -> String {
     let mut members: Vec<&pb::MemberStatus> = status.members.iter().collect();
     members.sort_by_key(|m| m.id);
     let mut out = String::new();
@@ -186,14 +217,17 @@ pub fn config(status: &pb::ClusterStatusResponse) -> String {
         }
         out.push('\n');
     }
-    let version = out.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+    out
+}
+
+/// FNV-1a of the member lines. ZooKeeper reads the version as a signed
+/// long in hex (a zxid), and refuses the whole config if it does not fit:
+/// 63 bits.
+fn fingerprint(lines: &str) -> u64 {
+    let version = lines.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
-    // ZooKeeper reads the version as a signed long in hex (a zxid), and
-    // refuses the whole config if it does not fit: 63 bits.
-    let version = version & i64::MAX as u64;
-    out.push_str(&format!("version={version:x}"));
-    out
+    version & i64::MAX as u64
 }
 
 #[cfg(test)]
