@@ -341,10 +341,105 @@ fn zkcli_reconfig() {
     );
 }
 
+/// zkCli.sh's quota commands on a 3-node cluster, with ZooKeeper 3.8's
+/// semantics: `setquota` (soft and hard, merged into one limits node),
+/// `listquota` with the stats the servers keep, a create past the hard
+/// count refused (QuotaExceeded) while the soft byte limit lets writes
+/// through, `delquota -N` lifting the hard limit, `delquota` removing
+/// the quota; the stats are the same on another member.
+#[test]
+fn zkcli_quotas() {
+    let needs = [
+        ("zkCli.sh (Debian's zookeeper)", Path::new(ZKCLI).exists()),
+        ("java", runs("java", "-version")),
+    ];
+    if !have("zkCli quotas", &needs) {
+        return;
+    }
+    let cluster = Cluster::start(3);
+    let (out, err) = zkcli(
+        cluster.zk_addr(1),
+        &[
+            "create /app a",
+            "create /app/x bb",
+            "setquota -N 3 /app",
+            "setquota -b 4 /app",
+            "listquota /app",
+            "create /app/y ccc",
+            "create /app/z d",
+            "listquota /app",
+            "setquota -n 1 /app/x",
+            "delquota -N /app",
+            "create /app/z d",
+            "listquota /app",
+        ],
+    );
+    let (out2, err2) = zkcli(cluster.zk_addr(2), &["sync /app", "listquota /app"]);
+    let (out3, err3) = zkcli(
+        cluster.zk_addr(3),
+        &[
+            "delquota /app",
+            "listquota /app",
+            "ls /zookeeper/quota",
+            "create /app/w e",
+        ],
+    );
+    let all = format!("{out}\n{err}");
+    let has = |want: &str| all.contains(want);
+    let checks: Vec<(&str, bool)> = vec![
+        (
+            "setquota -N, -b merged",
+            has("Output quota for /app count=-1,bytes=4=;byteHardLimit=-1;countHardLimit=3"),
+        ),
+        (
+            "stats kept: /app and /app/x",
+            has("Output stat for /app count=2,bytes=3"),
+        ),
+        ("hard count: refused", has("Quota has exceeded : /app/z")),
+        (
+            "soft bytes: let through",
+            has("Output stat for /app count=3,bytes=6"),
+        ),
+        (
+            "nested quota refused by zkCli",
+            has("/app/x has a parent /app which has a quota"),
+        ),
+        (
+            "delquota -N: hard limit lifted",
+            has("Output quota for /app count=-1,bytes=4=;byteHardLimit=-1;countHardLimit=-1")
+                && has("Output stat for /app count=4,bytes=7"),
+        ),
+        (
+            "the same stats on another member",
+            out2.contains("Output stat for /app count=4,bytes=7"),
+        ),
+        (
+            "delquota: gone",
+            format!("{out3}\n{err3}").contains("quota for /app does not exist.")
+                && out3.lines().any(|l| l.trim() == "[]"),
+        ),
+        (
+            "no quota, no limit",
+            format!("{out3}\n{err3}").contains("Created /app/w"),
+        ),
+    ];
+    let failed: Vec<&str> = checks
+        .iter()
+        .filter(|(_, ok)| !ok)
+        .map(|(n, _)| *n)
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "zkCli quota checks failed: {failed:?}\n--- stdout\n{out}\n--- stderr\n{err}\n--- node 2\n{out2}\n{err2}\n--- node 3\n{out3}\n{err3}\n--- node 1 log\n{}",
+        cluster.log(1)
+    );
+}
+
 /// zkCli.sh's commands, ZooKeeper 3.8's own client: the 3.6+ ones
 /// (addWatch, getAllChildrenNumber, getEphemerals, removewatches, whoami,
-/// config, sync), the everyday ones, and those Warden does not support
-/// (setquota), which must say so clearly.
+/// config, sync), the everyday ones, the quota commands and reconfig
+/// (refused without the super user); `zkcli_quotas` and `zkcli_reconfig`
+/// go further.
 #[test]
 fn zkcli_command_set() {
     let needs = [
@@ -449,11 +544,12 @@ fn zkcli_command_set() {
             all.matches("type:NodeDataChanged path:/q/a").count() == 1,
         ),
         (
-            "setquota: unsupported, said so",
-            has("KeeperErrorCode = Unimplemented for /zookeeper/quota/q"),
+            "setquota, listquota",
+            has("Output quota for /q count=10,bytes=-1=;byteHardLimit=-1;countHardLimit=-1"),
         ),
-        ("listquota: none", has("quota for /q does not exist.")),
-        ("delquota: none", has("Quota does not exist for /q")),
+        // q, a, e1, seq-, box, ttl, a/deep
+        ("listquota: the stats", has("Output stat for /q count=7,")),
+        ("delquota: found", !has("Quota does not exist for /q")),
         // Only the super user may reconfig (zkcli_reconfig has the rest).
         ("reconfig: NoAuth", has("Insufficient permission")),
         ("delete non-empty", has("Node not empty: /q/a")),

@@ -264,6 +264,14 @@ pub fn write_response(result: TxnResult, txn: &Txn) -> Result<Option<Res>, Failu
             && matches!(&txn.kind, Some(Kind::SetData(s)) if s.ttl_ms > 0)
         {
             set_data::no_ttl(&e.path)
+        } else if e.code == ErrorCode::LimitExceeded {
+            Failure::new(
+                e.code,
+                format!(
+                    "{}: would exceed a hard quota (countHardLimit or byteHardLimit under /zookeeper/quota)",
+                    e.path.escape_debug()
+                ),
+            )
         } else {
             Failure::from(e)
         }

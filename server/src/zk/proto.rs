@@ -96,6 +96,8 @@ pub enum Reply {
     RootChildren(i32),
     /// reconfig: answered as getData of `/zookeeper/config` after it.
     Reconfig,
+    /// A read of `/zookeeper/quota`: the tree's node, or an empty one.
+    QuotaRoot(i32),
     Multi(Vec<i32>),
     MultiRead(Vec<i32>),
 }
@@ -489,6 +491,7 @@ pub fn encode_response(reply: &Reply, resp: &pb::Response) -> (i32, Writer) {
         Reply::Reserved { op, node } => return super::reserved::encode(*op, *node, resp),
         // ZooKeeper answers a reconfig with the new config node's data
         // and stat (a GetDataResponse).
+        Reply::QuotaRoot(op) => return super::reserved::encode_quota_root(*op, resp),
         Reply::Reconfig => {
             return super::reserved::encode(opcode::GET_DATA, super::reserved::Node::Config, resp)
         }

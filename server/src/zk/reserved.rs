@@ -2,16 +2,20 @@
 //! `config` and `quota` under it, and `zookeeper` among the root's
 //! children.
 //!
-//! Virtual: served by this door only, never stored in the tree (native
-//! clients and snapshots do not see it). A read of one of these nodes is
-//! forwarded as a ClusterStatus request, so it is answered in the
-//! connection's turn, and `/zookeeper/config` is computed from the members
-//! the answering server knows, in ZooKeeper's dynamic-config format (what
-//! `getConfig` and Curator's EnsembleTracker read). Writes anywhere in the
-//! subtree are refused (NoAuth, as ZooKeeper refuses writes to its
-//! read-only config node; NodeExists for creating one of the three;
-//! Unimplemented below `/zookeeper/quota`, where ZooKeeper clients write
-//! quotas, which Warden does not have).
+//! `/zookeeper` and `/zookeeper/config` are virtual: served by this door
+//! only, never stored in the tree. A read of one of them is forwarded as a
+//! ClusterStatus request, so it is answered in the connection's turn, and
+//! `/zookeeper/config` is computed from the members the answering server
+//! knows, in ZooKeeper's dynamic-config format (what `getConfig` and
+//! Curator's EnsembleTracker read). Writes to them are refused (NoAuth, as
+//! ZooKeeper refuses writes to its read-only config node; NodeExists for
+//! creating one of them).
+//!
+//! Quotas are the tree's ([`crate::tree::quota`]): everything below
+//! `/zookeeper/quota` is read and written in the tree like any node, and
+//! `/zookeeper/quota` itself is read from the tree, or shown as an empty
+//! node until the first quota brings it there. Anything else below
+//! `/zookeeper` does not exist, and is not created.
 //! A watch asked with getData or exists on `/zookeeper/config` fires
 //! (NodeDataChanged) once, when the membership next changes or the server
 //! learns a member's ZooKeeper port (the config then gains its client
@@ -42,6 +46,8 @@ pub fn node(path: &str) -> Option<Node> {
         ROOT => Some(Node::Root),
         CONFIG => Some(Node::Config),
         QUOTA => Some(Node::Quota),
+        // Quotas: the tree's.
+        p if p.starts_with(QUOTA_PREFIX) => None,
         p if p.starts_with("/zookeeper/") => Some(Node::Missing),
         _ => None,
     }
@@ -62,6 +68,9 @@ pub fn route(op: Op, reply: Reply) -> Result<(Op, Reply), DecodeError> {
         _ => None,
     };
     if let Some(path) = read {
+        if path == QUOTA {
+            return Ok((op, Reply::QuotaRoot(code)));
+        }
         if let Some(node) = node(path) {
             // getConfig's watch: on the config node, by getData or exists.
             let watch = match &op {
@@ -95,13 +104,6 @@ pub fn route(op: Op, reply: Reply) -> Result<(Op, Reply), DecodeError> {
 pub fn check_write(path: &str, creating: bool) -> Result<(), DecodeError> {
     match node(path) {
         None => Ok(()),
-        // ZooKeeper keeps quotas as nodes below /zookeeper/quota, written
-        // by clients (zkCli's setquota). Warden has no quotas: say so,
-        // rather than "no permission".
-        Some(Node::Missing) if path.starts_with(QUOTA_PREFIX) => Err(DecodeError::Refused(
-            ErrorCode::Unimplemented,
-            format!("{path}: quotas are not supported"),
-        )),
         Some(n) if creating && n != Node::Missing => Err(DecodeError::Refused(
             ErrorCode::NodeExists,
             path.to_string(),
@@ -166,6 +168,22 @@ pub fn encode(op: i32, node: Node, resp: &pb::Response) -> (i32, Writer) {
         _ => {}
     }
     (0, w)
+}
+
+/// The answer to a read of `/zookeeper/quota` (opcode `op`) that the
+/// tree answered: its own, or, while the tree has no such node yet, an
+/// empty node's.
+pub fn encode_quota_root(op: i32, resp: &pb::Response) -> (i32, Writer) {
+    let missing = resp.error == ErrorCode::NoNode as i32
+        || matches!(&resp.result, Some(Res::Stat(s)) if s.stat.is_none());
+    if !missing {
+        return super::proto::encode_response(&Reply::Plain(op), resp);
+    }
+    let empty = pb::Response {
+        result: Some(Res::ClusterStatus(Default::default())),
+        ..Default::default()
+    };
+    encode(op, Node::Quota, &empty)
 }
 
 /// The ACL of `/zookeeper/config`, ZooKeeper's: world:anyone may only
@@ -310,14 +328,29 @@ mod tests {
             route(create, Reply::Plain(opcode::CREATE)),
             Err(DecodeError::Refused(ErrorCode::NodeExists, _))
         ));
-        // zkCli's setquota creates nodes below /zookeeper/quota: no quotas.
+        // zkCli's setquota creates nodes below /zookeeper/quota: the
+        // tree's, as are reads there and of /zookeeper/quota itself.
         let quota = Op::Create(pb::CreateRequest {
             path: "/zookeeper/quota/app".into(),
             ..Default::default()
         });
+        let (op, reply) = route(quota, Reply::Plain(opcode::CREATE)).unwrap();
+        assert!(matches!(op, Op::Create(_)));
+        assert_eq!(reply, Reply::Plain(opcode::CREATE));
+        let children = Op::GetChildren(pb::GetChildrenRequest {
+            path: QUOTA.into(),
+            ..Default::default()
+        });
+        let (op, reply) = route(children, Reply::Plain(opcode::GET_CHILDREN)).unwrap();
+        assert!(matches!(op, Op::GetChildren(_)));
+        assert_eq!(reply, Reply::QuotaRoot(opcode::GET_CHILDREN));
+        let elsewhere = Op::Create(pb::CreateRequest {
+            path: "/zookeeper/other".into(),
+            ..Default::default()
+        });
         assert!(matches!(
-            route(quota, Reply::Plain(opcode::CREATE)),
-            Err(DecodeError::Refused(ErrorCode::Unimplemented, _))
+            route(elsewhere, Reply::Plain(opcode::CREATE)),
+            Err(DecodeError::Refused(ErrorCode::NoAuth, _))
         ));
         let get = Op::GetData(pb::GetDataRequest {
             path: CONFIG.into(),
