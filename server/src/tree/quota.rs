@@ -31,8 +31,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use warden_protocol::path;
 use warden_protocol::pb::{ErrorCode, EventType};
+use warden_protocol::{path, perms};
 
 use super::node::Node;
 use super::txn::{Ctx, TreeError, Undo};
@@ -255,10 +255,21 @@ impl DataTree {
 
     /// Before a create at `requested`: the first node below
     /// `/zookeeper/quota` brings `/zookeeper` and `/zookeeper/quota` into
-    /// the tree (open ACL), undoably.
+    /// the tree (open ACL), undoably. Not under a `/zookeeper` made
+    /// otherwise (natively) that is ephemeral or refuses the requester
+    /// CREATE: the create then fails as it would (NoNode), having
+    /// changed nothing.
     pub(super) fn quota_root_for(&mut self, ctx: &mut Ctx, requested: &str) {
         if path::parent(requested) != QUOTA_ROOT || self.nodes.contains_key(QUOTA_ROOT) {
             return;
+        }
+        if let Some(proc_node) = self.nodes.get(PROC_ROOT) {
+            let refused = ctx
+                .authorize(&proc_node.acl, perms::CREATE, QUOTA_ROOT)
+                .is_err();
+            if proc_node.ephemeral_owner != 0 || refused {
+                return;
+            }
         }
         for p in [PROC_ROOT, QUOTA_ROOT] {
             if self.nodes.contains_key(p) {

@@ -225,3 +225,57 @@ fn a_quota_before_its_node_and_none_below_zookeeper() {
         "count=1,bytes=1"
     );
 }
+
+/// A /zookeeper made natively as an ephemeral cannot hold the quota root:
+/// the quota node's create fails (NoNode) and changes nothing.
+#[test]
+fn no_quota_root_under_an_ephemeral_zookeeper_node() {
+    use crate::proto::CreateSessionTxn;
+    let mut log = Log::new();
+    log.step(Kind::CreateSession(CreateSessionTxn {
+        session_id: 7,
+        password: vec![1; 16],
+        timeout_ms: 10_000,
+    }));
+    log.ok(Kind::Create(CreateTxn {
+        ephemeral: true,
+        session_id: 7,
+        ..create_txn("/zookeeper", "")
+    }));
+    let before = log.tree.clone();
+    match log.step(create("/zookeeper/quota/app", "")) {
+        TxnResult::Create(Err(e)) => assert_eq!(e.code, ErrorCode::NoNode),
+        other => panic!("{other:?}"),
+    }
+    let mut before = before;
+    before.skip(log.zxid);
+    assert_eq!(log.tree, before);
+}
+
+/// A failed multi takes back the quota root its first op brought.
+#[test]
+fn a_failed_multi_takes_the_quota_root_back() {
+    let mut log = Log::new();
+    let ops = vec![
+        Op::Create(create_txn("/zookeeper/quota/app", "")),
+        Op::Create(create_txn("/missing/child", "")),
+    ];
+    let before = log.tree.clone();
+    let result = log.step(Kind::Multi(MultiTxn {
+        ops: ops
+            .into_iter()
+            .map(|op| MultiTxnOp { op: Some(op) })
+            .collect(),
+    }));
+    assert!(
+        matches!(
+            result,
+            TxnResult::Multi(MultiOutcome::Failed { index: 1, .. })
+        ),
+        "{result:?}"
+    );
+    let mut before = before;
+    before.skip(log.zxid);
+    assert_eq!(log.tree, before);
+    assert!(log.tree.stat("/zookeeper").is_none());
+}

@@ -188,7 +188,7 @@ impl Ctx {
     /// Checked here, where the write applies, against this replica's own
     /// state, so a server with a stale view cannot let through what the
     /// log's order refuses.
-    fn authorize(&self, acl: &[Acl], perm: u32, path: &str) -> Result<(), TreeError> {
+    pub(super) fn authorize(&self, acl: &[Acl], perm: u32, path: &str) -> Result<(), TreeError> {
         match &self.auth {
             Some(ids) if !super::acl::allowed(acl, ids, perm) => {
                 Err(TreeError::new(ErrorCode::NoAuth, path))
