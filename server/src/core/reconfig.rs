@@ -45,6 +45,9 @@ pub struct Change {
 pub struct Members {
     /// id -> (voter, peer address)
     pub members: BTreeMap<u64, (bool, String)>,
+    /// Members the planning server has heard from lately (itself
+    /// included).
+    pub reachable: BTreeSet<u64>,
 }
 
 impl Members {
@@ -54,6 +57,12 @@ impl Members {
                 .members
                 .iter()
                 .map(|m| (m.id, (m.voter, m.addr.clone())))
+                .collect(),
+            reachable: status
+                .members
+                .iter()
+                .filter(|m| m.reachable)
+                .map(|m| m.id)
                 .collect(),
         }
     }
@@ -157,12 +166,58 @@ pub fn plan(r: &pb::ReconfigRequest, now: &Members, me: u64) -> Result<Vec<Chang
         id,
         addr: String::new(),
     });
-    Ok(added
+    let changes: Vec<Change> = added
         .into_iter()
         .chain(promoted)
         .chain(demoted)
         .chain(removed)
-        .collect())
+        .collect();
+    check_quorum(&changes, now)?;
+    Ok(changes)
+}
+
+/// After each change, the participants this server has heard from lately
+/// must be a majority of all participants, or the group could be left
+/// unable to commit anything (ZooKeeper refuses such a reconfig too,
+/// NewConfigNoQuorum). A server not yet a member counts as not heard
+/// from: to make one a participant in a group where that matters, add it
+/// as an observer first.
+fn check_quorum(changes: &[Change], now: &Members) -> Result<(), Failure> {
+    let mut voters: BTreeSet<u64> = now
+        .members
+        .iter()
+        .filter(|(_, (voter, _))| *voter)
+        .map(|(id, _)| *id)
+        .collect();
+    for c in changes {
+        match c.kind {
+            ConfChangeType::AddNode => voters.insert(c.id),
+            _ => voters.remove(&c.id),
+        };
+        let heard = voters
+            .iter()
+            .filter(|id| now.reachable.contains(id))
+            .count();
+        if heard * 2 <= voters.len() {
+            let what = match c.kind {
+                ConfChangeType::AddNode => "making",
+                ConfChangeType::AddLearnerNode => "making an observer of",
+                ConfChangeType::RemoveNode => "removing",
+            };
+            let who = if what == "making" {
+                format!("server {} a participant", c.id)
+            } else {
+                format!("server {}", c.id)
+            };
+            return Err(bad(format!(
+                "after {what} {who}, {heard} of {} participants would be reachable, \
+                 no majority: bring the servers up (add new ones as observers \
+                 first), then try again",
+                voters.len()
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl Core {
@@ -296,6 +351,7 @@ mod tests {
                 .iter()
                 .map(|(id, voter)| (*id, (*voter, format!("h:710{id}"))))
                 .collect(),
+            reachable: list.iter().map(|(id, _)| *id).collect(),
         }
     }
 
@@ -402,5 +458,53 @@ mod tests {
             ..Default::default()
         };
         assert!(refused(bad_addr).contains("not HOST:PORT"));
+    }
+
+    /// No change may leave fewer than a majority of participants that
+    /// this server has heard from.
+    #[test]
+    fn a_reconfig_that_could_lose_the_quorum_is_refused() {
+        // One server alone: a new participant could not be heard from.
+        let alone = members(&[(1, true)]);
+        let grow = pb::ReconfigRequest {
+            joining: vec![join(2, false)],
+            ..Default::default()
+        };
+        let f = plan(&grow, &alone, 1).unwrap_err();
+        assert!(f.message.contains("1 of 2 participants"), "{}", f.message);
+        // As an observer first, then promoted once it is heard from.
+        let observer = pb::ReconfigRequest {
+            joining: vec![join(2, true)],
+            ..Default::default()
+        };
+        assert_eq!(plan(&observer, &alone, 1).unwrap().len(), 1);
+        let two = members(&[(1, true), (2, false)]);
+        assert_eq!(plan(&grow, &two, 1).unwrap().len(), 1);
+        // Three up: one unknown participant more is fine.
+        let three = members(&[(1, true), (2, true), (3, true)]);
+        let four = pb::ReconfigRequest {
+            joining: vec![join(4, false)],
+            ..Default::default()
+        };
+        assert_eq!(plan(&four, &three, 1).unwrap().len(), 1);
+        // Removing a live one while another is down is not.
+        let mut one_down = three.clone();
+        one_down.reachable.remove(&3);
+        let remove = pb::ReconfigRequest {
+            leaving: vec![2],
+            ..Default::default()
+        };
+        let f = plan(&remove, &one_down, 1).unwrap_err();
+        assert!(
+            f.message.contains("after removing server 2"),
+            "{}",
+            f.message
+        );
+        // Removing the one that is down is.
+        let remove_down = pb::ReconfigRequest {
+            leaving: vec![3],
+            ..Default::default()
+        };
+        assert_eq!(plan(&remove_down, &one_down, 1).unwrap().len(), 1);
     }
 }
