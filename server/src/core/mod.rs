@@ -15,6 +15,8 @@
 //!   connection's queue (answered now, read in turn, or proposed);
 //! - [`proposals`]: what this server proposed and who waits for it
 //!   (register, complete, expire, propose again after a leader change);
+//! - [`reconfig`]: ZooKeeper's reconfig as a checked list of conf changes,
+//!   made one after the other;
 //! - [`forwards`]: a follower's proposals on their way to the leader,
 //!   held in order while the link is full;
 //! - [`clients`]: the reply pipeline — connections, their in-order queues,
