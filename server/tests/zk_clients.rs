@@ -345,8 +345,9 @@ fn zkcli_reconfig() {
 /// semantics: `setquota` (soft and hard, merged into one limits node),
 /// `listquota` with the stats the servers keep, a create past the hard
 /// count refused (QuotaExceeded) while the soft byte limit lets writes
-/// through, `delquota -N` lifting the hard limit, `delquota` removing
-/// the quota; the stats are the same on another member.
+/// through, `delquota -N` lifting the hard limit, `setquota -B` refusing
+/// a setData, `delquota` removing the quota; the stats are the same on
+/// another member.
 #[test]
 fn zkcli_quotas() {
     let needs = [
@@ -371,6 +372,9 @@ fn zkcli_quotas() {
             "setquota -n 1 /app/x",
             "delquota -N /app",
             "create /app/z d",
+            "listquota /app",
+            "setquota -B 8 /app",
+            "set /app/x bbbb",
             "listquota /app",
         ],
     );
@@ -408,6 +412,11 @@ fn zkcli_quotas() {
             "delquota -N: hard limit lifted",
             has("Output quota for /app count=-1,bytes=4=;byteHardLimit=-1;countHardLimit=-1")
                 && has("Output stat for /app count=4,bytes=7"),
+        ),
+        (
+            "setquota -B: hard bytes refused",
+            has("Quota has exceeded : /app/x")
+                && has("Output quota for /app count=-1,bytes=4=;byteHardLimit=8;countHardLimit=-1"),
         ),
         (
             "the same stats on another member",
