@@ -220,6 +220,7 @@ fn serve(tree: &mut DataTree, watches: &mut WatchRegistry, op: Op, xid: u64) {
         | Plan::ClusterStatus { .. }
         | Plan::AddMember(_)
         | Plan::RemoveMember(_)
+        | Plan::Reconfig(_)
         | Plan::Reject(_) => {}
     }
 }

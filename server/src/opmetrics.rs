@@ -184,5 +184,6 @@ pub fn op_name(op: &Op) -> &'static str {
         Op::MultiRead(_) => "multi_read",
         Op::Auth(_) => "auth",
         Op::WhoAmI(_) => "who_am_i",
+        Op::Reconfig(_) => "reconfig",
     }
 }

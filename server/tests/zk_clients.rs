@@ -261,10 +261,194 @@ fn zkcli(server: &str, commands: &[&str]) -> (String, String) {
     )
 }
 
+/// zkCli.sh's reconfig (ZooKeeper's ZooKeeperAdmin) on a 3-node cluster
+/// and a spare started with `--join`: refused before `addauth` as the
+/// super user (NoAuth), for a stale `-v` (BadVersion) and a bad server
+/// line (BadArguments); `-add` makes the spare an observer, `config`
+/// shows it, `-remove` takes it out again.
+#[test]
+fn zkcli_reconfig() {
+    let needs = [
+        ("zkCli.sh (Debian's zookeeper)", Path::new(ZKCLI).exists()),
+        ("java", runs("java", "-version")),
+    ];
+    if !have("zkCli reconfig", &needs) {
+        return;
+    }
+    let digest = warden_protocol::auth::digest_id("admin:root-pw").unwrap();
+    let mut cluster = Cluster::start_with_spares(
+        3,
+        1,
+        warden_testkit::ServerOptions {
+            extra_args: vec!["--super-digest".into(), digest],
+            ..Default::default()
+        },
+    );
+    cluster.launch_spare(4);
+    let line4 = format!(
+        "server.4={}:3888:observer;{}",
+        cluster.peer_addr(4),
+        cluster.zk_addr(4)
+    );
+    let add = format!("reconfig -add {line4}");
+    let (out, err) = zkcli(
+        cluster.zk_addr(1),
+        &[
+            "reconfig -remove 3",
+            "addauth digest admin:root-pw",
+            "reconfig -v 1 -remove 3",
+            "reconfig -add server.5=nohost",
+            &add,
+            "config",
+            "reconfig -remove 4",
+        ],
+    );
+    let all = format!("{out}\n{err}");
+    let has = |want: &str| all.contains(want);
+    let server4 = format!("server.4={}:0:observer", cluster.peer_addr(4));
+    // Each "Committed new configuration:" is followed by the config.
+    let committed: Vec<&str> = out.split("Committed new configuration:").skip(1).collect();
+    let checks: Vec<(&str, bool)> = vec![
+        ("NoAuth before addauth", has("Insufficient permission")),
+        // zkCli's words for BadVersion and BadArguments.
+        ("stale -v: BadVersion", has("version No is not valid")),
+        ("bad line: BadArguments", has("Arguments are not valid")),
+        ("two reconfigs committed", committed.len() == 2),
+        (
+            "-add: the spare is an observer",
+            committed.first().is_some_and(|c| c.contains(&server4)),
+        ),
+        (
+            "config shows it",
+            all.lines().filter(|l| l.starts_with(&server4)).count() >= 2,
+        ),
+        (
+            "-remove: gone again",
+            committed
+                .get(1)
+                .is_some_and(|c| !c.contains("server.4=") && c.contains("server.3=")),
+        ),
+    ];
+    let failed: Vec<&str> = checks
+        .iter()
+        .filter(|(_, ok)| !ok)
+        .map(|(n, _)| *n)
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "zkCli reconfig checks failed: {failed:?}\n--- stdout\n{out}\n--- stderr\n{err}\n--- node 1 log\n{}",
+        cluster.log(1)
+    );
+}
+
+/// zkCli.sh's quota commands on a 3-node cluster, with ZooKeeper 3.8's
+/// semantics: `setquota` (soft and hard, merged into one limits node),
+/// `listquota` with the stats the servers keep, a create past the hard
+/// count refused (QuotaExceeded) while the soft byte limit lets writes
+/// through, `delquota -N` lifting the hard limit, `setquota -B` refusing
+/// a setData, `delquota` removing the quota; the stats are the same on
+/// another member.
+#[test]
+fn zkcli_quotas() {
+    let needs = [
+        ("zkCli.sh (Debian's zookeeper)", Path::new(ZKCLI).exists()),
+        ("java", runs("java", "-version")),
+    ];
+    if !have("zkCli quotas", &needs) {
+        return;
+    }
+    let cluster = Cluster::start(3);
+    let (out, err) = zkcli(
+        cluster.zk_addr(1),
+        &[
+            "create /app a",
+            "create /app/x bb",
+            "setquota -N 3 /app",
+            "setquota -b 4 /app",
+            "listquota /app",
+            "create /app/y ccc",
+            "create /app/z d",
+            "listquota /app",
+            "setquota -n 1 /app/x",
+            "delquota -N /app",
+            "create /app/z d",
+            "listquota /app",
+            "setquota -B 8 /app",
+            "set /app/x bbbb",
+            "listquota /app",
+        ],
+    );
+    let (out2, err2) = zkcli(cluster.zk_addr(2), &["sync /app", "listquota /app"]);
+    let (out3, err3) = zkcli(
+        cluster.zk_addr(3),
+        &[
+            "delquota /app",
+            "listquota /app",
+            "ls /zookeeper/quota",
+            "create /app/w e",
+        ],
+    );
+    let all = format!("{out}\n{err}");
+    let has = |want: &str| all.contains(want);
+    let checks: Vec<(&str, bool)> = vec![
+        (
+            "setquota -N, -b merged",
+            has("Output quota for /app count=-1,bytes=4=;byteHardLimit=-1;countHardLimit=3"),
+        ),
+        (
+            "stats kept: /app and /app/x",
+            has("Output stat for /app count=2,bytes=3"),
+        ),
+        ("hard count: refused", has("Quota has exceeded : /app/z")),
+        (
+            "soft bytes: let through",
+            has("Output stat for /app count=3,bytes=6"),
+        ),
+        (
+            "nested quota refused by zkCli",
+            has("/app/x has a parent /app which has a quota"),
+        ),
+        (
+            "delquota -N: hard limit lifted",
+            has("Output quota for /app count=-1,bytes=4=;byteHardLimit=-1;countHardLimit=-1")
+                && has("Output stat for /app count=4,bytes=7"),
+        ),
+        (
+            "setquota -B: hard bytes refused",
+            has("Quota has exceeded : /app/x")
+                && has("Output quota for /app count=-1,bytes=4=;byteHardLimit=8;countHardLimit=-1"),
+        ),
+        (
+            "the same stats on another member",
+            out2.contains("Output stat for /app count=4,bytes=7"),
+        ),
+        (
+            "delquota: gone",
+            format!("{out3}\n{err3}").contains("quota for /app does not exist.")
+                && out3.lines().any(|l| l.trim() == "[]"),
+        ),
+        (
+            "no quota, no limit",
+            format!("{out3}\n{err3}").contains("Created /app/w"),
+        ),
+    ];
+    let failed: Vec<&str> = checks
+        .iter()
+        .filter(|(_, ok)| !ok)
+        .map(|(n, _)| *n)
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "zkCli quota checks failed: {failed:?}\n--- stdout\n{out}\n--- stderr\n{err}\n--- node 2\n{out2}\n{err2}\n--- node 3\n{out3}\n{err3}\n--- node 1 log\n{}",
+        cluster.log(1)
+    );
+}
+
 /// zkCli.sh's commands, ZooKeeper 3.8's own client: the 3.6+ ones
 /// (addWatch, getAllChildrenNumber, getEphemerals, removewatches, whoami,
-/// config, sync), the everyday ones, and those Warden does not support
-/// (setquota, reconfig), which must say so clearly.
+/// config, sync), the everyday ones, the quota commands and reconfig
+/// (refused without the super user); `zkcli_quotas` and `zkcli_reconfig`
+/// go further.
 #[test]
 fn zkcli_command_set() {
     let needs = [
@@ -369,15 +553,14 @@ fn zkcli_command_set() {
             all.matches("type:NodeDataChanged path:/q/a").count() == 1,
         ),
         (
-            "setquota: unsupported, said so",
-            has("KeeperErrorCode = Unimplemented for /zookeeper/quota/q"),
+            "setquota, listquota",
+            has("Output quota for /q count=10,bytes=-1=;byteHardLimit=-1;countHardLimit=-1"),
         ),
-        ("listquota: none", has("quota for /q does not exist.")),
-        ("delquota: none", has("Quota does not exist for /q")),
-        (
-            "reconfig: unsupported, said so",
-            has_line("KeeperErrorCode = Unimplemented"),
-        ),
+        // q, a, e1, seq-, box, ttl, a/deep
+        ("listquota: the stats", has("Output stat for /q count=7,")),
+        ("delquota: found", !has("Quota does not exist for /q")),
+        // Only the super user may reconfig (zkcli_reconfig has the rest).
+        ("reconfig: NoAuth", has("Insufficient permission")),
         ("delete non-empty", has("Node not empty: /q/a")),
         ("deleteall", has("Node does not exist: /q/a")),
     ];

@@ -197,6 +197,51 @@ fn kazoo_over_tls_on_the_secure_zookeeper_port() {
     );
 }
 
+/// ZooKeeper's reconfig with kazoo (`tests/zk/reconfig_run.py`) on a
+/// 3-node cluster and a spare started with `--join`: refused without
+/// ADMIN (NoAuth), for bad input (BadArguments, nothing changed) and a
+/// stale version (BadVersion); the spare added as an observer (the config
+/// watch fires, it serves), promoted while a member is removed (two raft
+/// changes in one reconfig), then the whole membership given at once.
+#[test]
+fn kazoo_reconfig_on_three_nodes_and_a_spare() {
+    let venv = venv();
+    let digest = warden_protocol::auth::digest_id("admin:root-pw").unwrap();
+    let mut cluster = Cluster::start_with_spares(
+        3,
+        1,
+        warden_testkit::ServerOptions {
+            extra_args: vec!["--super-digest".into(), digest],
+            ..Default::default()
+        },
+    );
+    cluster.launch_spare(4);
+    let ids = cluster.node_ids();
+    let list =
+        |f: &dyn Fn(usize) -> String| ids.iter().map(|&i| f(i)).collect::<Vec<_>>().join(",");
+    let out = Command::new(venv.join("bin/python"))
+        .arg(zk_dir().join("reconfig_run.py"))
+        .env("WARDEN_ZK_NODES", list(&|i| cluster.zk_addr(i).to_string()))
+        .env(
+            "WARDEN_PEER_NODES",
+            list(&|i| cluster.peer_addr(i).to_string()),
+        )
+        .env("WARDEN_SUPER", "admin:root-pw")
+        .output()
+        .expect("run reconfig_run.py");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success() && stdout.trim_end().ends_with("ALL PASS"),
+        "kazoo reconfig failed:\n{stdout}\n{}\nnode logs:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        ids.iter()
+            .map(|&i| format!("--- node {i}\n{}", cluster.log(i)))
+            .collect::<String>()
+    );
+    assert_eq!(stdout.matches("PASS ").count(), 8, "{stdout}");
+}
+
 /// ACLs and auth through the ZooKeeper port (`tests/zk/test_kazoo_acl.py`):
 /// each permission refused then granted, the schemes, AuthFailed, auth
 /// replayed by kazoo after a reconnect.

@@ -185,7 +185,7 @@ pub fn zk_op_name(op: &str) -> &'static str {
         "set_watches" => "SETW",
         "get_ephemerals" => "GETE",
         "count_descendants" => "GCNT",
-        "add_member" | "remove_member" => "RECO",
+        "add_member" | "remove_member" | "reconfig" => "RECO",
         "auth" => "AUTH",
         _ => "NA",
     }

@@ -18,7 +18,7 @@ use tracing::{debug, error, info};
 use warden_protocol::pb::{self, ErrorCode};
 
 use super::frames;
-use super::proposals::{Settled, Waiter};
+use super::proposals::{ConfApplied, Settled, Waiter};
 use super::Machine;
 use crate::proto::{self, peer_frame, txn::Kind, CloseReason, PeerFrame, Proposal, Txn};
 use crate::raft::{ReadyHandler, Undelivered};
@@ -255,11 +255,26 @@ impl ReadyHandler for Machine {
         }
         info!(index, node_id = change.node_id, change = ?change.get_change_type(), voters = ?conf.voters, learners = ?conf.learners, "membership changed");
         if ctx.origin_node == self.node_id && ctx.request_id != 0 {
-            if let Some(Waiter::Request { conn }) = self.proposals.complete(ctx.request_id) {
-                self.clients
-                    .complete_write(conn, ctx.request_id, &self.tree, |xid| {
-                        frames::response(xid, index, Ok(None))
-                    });
+            match self
+                .proposals
+                .conf_change_applied(ctx.request_id, change, Instant::now())
+            {
+                ConfApplied::Done {
+                    waiter: Waiter::Request { conn },
+                    reconfig: false,
+                } => {
+                    self.clients
+                        .complete_write(conn, ctx.request_id, &self.tree, |xid| {
+                            frames::response(xid, index, Ok(None))
+                        });
+                }
+                // Answered with the membership, which the core knows.
+                ConfApplied::Done {
+                    waiter: Waiter::Request { conn },
+                    reconfig: true,
+                } => self.reconfigs_done.push((conn, ctx.request_id, index)),
+                ConfApplied::Next => self.conf_change_due = true,
+                ConfApplied::Done { .. } | ConfApplied::Unknown => {}
             }
         }
     }

@@ -15,6 +15,8 @@
 //!   connection's queue (answered now, read in turn, or proposed);
 //! - [`proposals`]: what this server proposed and who waits for it
 //!   (register, complete, expire, propose again after a leader change);
+//! - [`reconfig`]: ZooKeeper's reconfig as a checked list of conf changes,
+//!   made one after the other;
 //! - [`forwards`]: a follower's proposals on their way to the leader,
 //!   held in order while the link is full;
 //! - [`clients`]: the reply pipeline — connections, their in-order queues,
@@ -33,6 +35,7 @@ mod clients;
 mod forwards;
 mod frames;
 mod proposals;
+mod reconfig;
 mod requests;
 pub(crate) mod snapshots;
 mod status;
@@ -243,6 +246,12 @@ struct Machine {
     /// What the leader last said every member has in its log (a follower
     /// compacts its own log no further).
     leader_floor: u64,
+    /// Reconfigs whose last change applied, to answer with the
+    /// membership: (connection, request id, index).
+    reconfigs_done: Vec<(ConnId, u64, u64)>,
+    /// A reconfig's next change is due: propose it without waiting for
+    /// the tick.
+    conf_change_due: bool,
 }
 
 pub struct Core {
@@ -349,6 +358,8 @@ impl Core {
                 heartbeats_sent: HashMap::new(),
                 applied_bytes: 0,
                 leader_floor: 0,
+                reconfigs_done: Vec::new(),
+                conf_change_due: false,
             },
             last_snapshot_index: applied,
             snapshots: Default::default(),
@@ -437,6 +448,11 @@ impl Core {
             self.repropose_after_leader_change();
             self.ready_loop()?;
         }
+        if std::mem::take(&mut self.m.conf_change_due) {
+            self.propose_due_conf_changes(Instant::now());
+            self.ready_loop()?;
+        }
+        self.answer_reconfigs();
         if let Some(done) = self.snapshots.poll() {
             self.snapshot_built(done?)?;
         }
@@ -686,12 +702,7 @@ impl Core {
     /// answers the requests raft has not settled within
     /// [`PROPOSAL_TIMEOUT`].
     fn expire_waiters(&mut self, now: Instant) {
-        for change in self.m.proposals.conf_changes_due(now) {
-            let context = change.context.to_vec();
-            if let Err(e) = self.raft.propose_conf_change(context, change) {
-                debug!(error = %e, "membership change re-proposal dropped");
-            }
-        }
+        self.propose_due_conf_changes(now);
         for expired in self.m.proposals.take_expired(now) {
             let ms = PROPOSAL_TIMEOUT.as_millis();
             let zxid = self.m.tree.applied_index();
@@ -728,6 +739,17 @@ impl Core {
             }
         }
         self.m.clients.fail_stale_reads(now, &self.m.tree);
+    }
+
+    /// Proposes the membership changes that are due: not applied a retry
+    /// interval after they were last proposed, or a reconfig's next step.
+    fn propose_due_conf_changes(&mut self, now: Instant) {
+        for change in self.m.proposals.conf_changes_due(now) {
+            let context = change.context.to_vec();
+            if let Err(e) = self.raft.propose_conf_change(context, change) {
+                debug!(error = %e, "membership change (re-)proposal dropped");
+            }
+        }
     }
 
     /// After a leader change, proposals this server made may have died

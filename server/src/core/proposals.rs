@@ -9,7 +9,7 @@
 //! while another is pending), and which proposals may be made again after
 //! a leader change (those whose second apply changes nothing).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -44,9 +44,26 @@ struct Waiting {
     again: Option<Vec<u8>>,
     /// A membership change, and when it was last proposed.
     conf_change: Option<(ConfChange, Instant)>,
+    /// A reconfig's changes still to make after `conf_change`, in order;
+    /// its answer is the membership after the last.
+    then: VecDeque<ConfChange>,
+    reconfig: bool,
     /// Whether raft ever took it (false: held since no leader was known,
     /// so certainly not applied).
     handed: bool,
+}
+
+/// What an applied conf change means for its waiter
+/// ([`Proposals::conf_change_applied`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfApplied {
+    /// Nobody waits for this change.
+    Unknown,
+    /// A reconfig's next change is due now.
+    Next,
+    /// The last (or only) change applied: answer `waiter` (with the
+    /// membership, for a reconfig).
+    Done { waiter: Waiter, reconfig: bool },
 }
 
 /// What the tree says of a proposal whose entry a snapshot held.
@@ -137,6 +154,8 @@ impl Proposals {
                 since: now,
                 again,
                 conf_change: None,
+                then: VecDeque::new(),
+                reconfig: false,
                 handed,
             },
         );
@@ -164,9 +183,60 @@ impl Proposals {
                 since: now,
                 again: None,
                 conf_change: Some((change, now)),
+                then: VecDeque::new(),
+                reconfig: false,
                 handed: true,
             },
         );
+    }
+
+    /// A reconfig for `conn`'s request: `first` proposed now, then each
+    /// of `then` in turn once the one before has applied.
+    pub fn register_reconfig(
+        &mut self,
+        request_id: u64,
+        conn: ConnId,
+        first: ConfChange,
+        then: Vec<ConfChange>,
+        now: Instant,
+    ) {
+        self.register_conf_change(request_id, conn, first, now);
+        if let Some(w) = self.waiting.get_mut(&request_id) {
+            w.then = then.into();
+            w.reconfig = true;
+        }
+    }
+
+    /// A conf change carrying `request_id` applied: what it means for
+    /// whoever waits. A change that is not the one awaited (a duplicate
+    /// of an earlier step, proposed again and applied twice) means
+    /// nothing; a reconfig's step makes its next change due at once
+    /// ([`Proposals::conf_changes_due`]), with a full timeout of its own.
+    pub fn conf_change_applied(
+        &mut self,
+        request_id: u64,
+        change: &ConfChange,
+        now: Instant,
+    ) -> ConfApplied {
+        let Some(w) = self.waiting.get_mut(&request_id) else {
+            return ConfApplied::Unknown;
+        };
+        if let Some((awaited, _)) = &w.conf_change {
+            if (awaited.change_type, awaited.node_id) != (change.change_type, change.node_id) {
+                return ConfApplied::Unknown;
+            }
+        }
+        if let Some(next) = w.then.pop_front() {
+            // Due at once: "last proposed" a retry interval ago.
+            let due = now.checked_sub(CONF_CHANGE_RETRY).unwrap_or(now);
+            w.conf_change = Some((next, due));
+            w.since = now;
+            return ConfApplied::Next;
+        }
+        let reconfig = w.reconfig;
+        let waiter = w.waiter;
+        self.waiting.remove(&request_id);
+        ConfApplied::Done { waiter, reconfig }
     }
 
     /// The entry of `request_id` applied: who waited for it, if anyone.
@@ -408,6 +478,58 @@ mod tests {
         assert_eq!(p.conf_changes_due(t0 + CONF_CHANGE_RETRY), vec![change]);
         assert!(p.conf_changes_due(t0 + CONF_CHANGE_RETRY).is_empty());
         assert_eq!(p.complete(5), Some(Waiter::Request { conn: 9 }));
+    }
+
+    /// A reconfig's changes are due one after the other; a duplicate of
+    /// an earlier one applied again advances nothing.
+    #[test]
+    fn a_reconfig_proposes_its_changes_in_turn() {
+        use raft::eraftpb::ConfChangeType::*;
+        let mut p = Proposals::new();
+        let t0 = Instant::now();
+        let change = |change_type, node_id| ConfChange {
+            change_type,
+            node_id,
+            ..Default::default()
+        };
+        let (add, promote, remove) = (
+            change(AddLearnerNode, 4),
+            change(AddNode, 4),
+            change(RemoveNode, 3),
+        );
+        p.register_reconfig(7, 2, add.clone(), vec![promote.clone(), remove.clone()], t0);
+        assert_eq!(p.conf_change_applied(7, &add, t0), ConfApplied::Next);
+        // Due at once, not a retry interval later.
+        assert_eq!(p.conf_changes_due(t0), vec![promote.clone()]);
+        assert_eq!(p.conf_change_applied(7, &add, t0), ConfApplied::Unknown);
+        // Each change has a whole timeout of its own.
+        let later = t0 + PROPOSAL_TIMEOUT / 2;
+        assert_eq!(p.conf_change_applied(7, &promote, later), ConfApplied::Next);
+        assert_eq!(
+            p.conf_change_applied(7, &promote, later),
+            ConfApplied::Unknown
+        );
+        assert!(p.take_expired(t0 + PROPOSAL_TIMEOUT).is_empty());
+        assert_eq!(
+            p.conf_change_applied(7, &remove, later),
+            ConfApplied::Done {
+                waiter: Waiter::Request { conn: 2 },
+                reconfig: true
+            }
+        );
+        assert_eq!(
+            p.conf_change_applied(7, &remove, later),
+            ConfApplied::Unknown
+        );
+        // A single membership change is answered plainly.
+        p.register_conf_change(8, 3, remove.clone(), t0);
+        assert_eq!(
+            p.conf_change_applied(8, &remove, t0),
+            ConfApplied::Done {
+                waiter: Waiter::Request { conn: 3 },
+                reconfig: false
+            }
+        );
     }
 
     #[test]

@@ -225,6 +225,7 @@ impl Core {
             Plan::RemoveMember(r) => {
                 self.conf_change_slot(conn, xid, ConfChangeType::RemoveNode, r.id, String::new())
             }
+            Plan::Reconfig(r) => self.reconfig_slot(conn, xid, &ids, r),
             Plan::Read { op, linearizable } => {
                 // `--unsafe-skip-read-index` (selftest only) answers from the
                 // local tree: a known-bad mode the Jepsen suite must catch.

@@ -5,7 +5,7 @@ use warden_protocol::pb::{self, ErrorCode};
 
 use super::Failure;
 
-pub(super) fn check_add(r: &pb::AddMemberRequest) -> Result<(), Failure> {
+pub(crate) fn check_add(r: &pb::AddMemberRequest) -> Result<(), Failure> {
     if r.id == 0 {
         return Err(Failure::new(
             ErrorCode::BadArguments,

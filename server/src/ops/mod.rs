@@ -8,7 +8,7 @@
 //! applied result into the wire answer.
 
 pub mod acl;
-mod cluster;
+pub(crate) mod cluster;
 mod create;
 mod delete;
 mod exists;
@@ -50,6 +50,9 @@ pub enum Plan {
     /// A raft conf change.
     AddMember(pb::AddMemberRequest),
     RemoveMember(pb::RemoveMemberRequest),
+    /// ZooKeeper's reconfig: several conf changes, one after the other
+    /// (checked against the membership by the core, which knows it).
+    Reconfig(pb::ReconfigRequest),
     /// Refused before reaching the log.
     Reject(Failure),
 }
@@ -174,6 +177,7 @@ pub fn plan(op: Op, session_id: u64, ids: &[AuthId]) -> Plan {
         }),
         Op::AddMember(r) => cluster::check_add(&r).map(|_| Plan::AddMember(r)),
         Op::RemoveMember(r) => cluster::check_remove(&r).map(|_| Plan::RemoveMember(r)),
+        Op::Reconfig(r) => Ok(Plan::Reconfig(r)),
         Op::Ping(_) => Ok(Plan::Ping),
         Op::Close(_) => Ok(Plan::Close),
         Op::Auth(_) => Err(Failure::new(
@@ -260,6 +264,14 @@ pub fn write_response(result: TxnResult, txn: &Txn) -> Result<Option<Res>, Failu
             && matches!(&txn.kind, Some(Kind::SetData(s)) if s.ttl_ms > 0)
         {
             set_data::no_ttl(&e.path)
+        } else if e.code == ErrorCode::LimitExceeded {
+            Failure::new(
+                e.code,
+                format!(
+                    "{}: would exceed a hard quota (countHardLimit or byteHardLimit under /zookeeper/quota)",
+                    e.path.escape_debug()
+                ),
+            )
         } else {
             Failure::from(e)
         }

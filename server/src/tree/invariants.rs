@@ -98,6 +98,18 @@ impl DataTree {
         if self.sessions.contains_key(&0) {
             return Err("session id 0 is in the session table".into());
         }
+        let mut quota_nodes = 0;
+        for p in self.nodes.keys() {
+            if let Some(target) = super::quota::limits_target(p) {
+                quota_nodes += 1;
+                if !self.quotas.contains(target) {
+                    return Err(format!("{p}: a quota not in the quota index"));
+                }
+            }
+        }
+        if quota_nodes != self.quotas.len() {
+            return Err("the quota index does not match the limits nodes".into());
+        }
         Ok(())
     }
 

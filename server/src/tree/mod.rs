@@ -45,11 +45,11 @@
 //! `Arc::make_mut`): a node, its data and its child names, never its
 //! children themselves.
 //!
-//! Besides the nodes, the tree keeps three indexes that `apply` updates in
+//! Besides the nodes, the tree keeps four indexes that `apply` updates in
 //! the same step as the node they describe: session id -> its ephemeral
 //! paths (so closing a session does not scan the tree), and the sets of
 //! container and TTL paths (so the leader's periodic removal check does
-//! not either). They are derived data: a snapshot does not store them and
+//! not either), and the paths with a quota ([`quota`]). They are derived data: a snapshot does not store them and
 //! [`DataTree::from_snapshot`] rebuilds them.
 
 pub mod acl;
@@ -58,6 +58,7 @@ mod digest;
 mod frozen;
 mod invariants;
 mod node;
+pub mod quota;
 mod snapshot;
 mod txn;
 
@@ -67,6 +68,8 @@ mod acl_tests;
 mod data_null_tests;
 #[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod quota_tests;
 #[cfg(test)]
 mod tests;
 
@@ -112,6 +115,9 @@ pub struct DataTree {
     containers: BTreeSet<String>,
     /// Paths of nodes with a TTL.
     ttls: BTreeSet<String>,
+    /// Paths with a quota (a `zookeeper_limits` node below
+    /// `/zookeeper/quota`, see [`quota`]).
+    quotas: BTreeSet<String>,
     /// The zxid of the last log entry given to `apply` or `skip`.
     applied_index: u64,
     /// Peer addresses of members added through conf changes, by id.
@@ -160,6 +166,7 @@ impl DataTree {
             ephemerals: BTreeMap::new(),
             containers: BTreeSet::new(),
             ttls: BTreeSet::new(),
+            quotas: BTreeSet::new(),
             applied_index: 0,
             members: BTreeMap::new(),
             acls: Default::default(),
@@ -387,6 +394,9 @@ impl DataTree {
         if node.ttl_ms > 0 {
             self.ttls.insert(path.to_string());
         }
+        if let Some(target) = quota::limits_target(path) {
+            self.quotas.insert(target.to_string());
+        }
     }
 
     fn index_remove(&mut self, path: &str, node: &Node) {
@@ -405,6 +415,9 @@ impl DataTree {
         }
         if node.ttl_ms > 0 {
             self.ttls.remove(path);
+        }
+        if let Some(target) = quota::limits_target(path) {
+            self.quotas.remove(target);
         }
     }
 }

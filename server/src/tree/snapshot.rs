@@ -115,6 +115,7 @@ impl DataTree {
             ephemerals: BTreeMap::new(),
             containers: BTreeSet::new(),
             ttls: BTreeSet::new(),
+            quotas: BTreeSet::new(),
             applied_index: snap.applied_index,
             members: snap.members.into_iter().map(|m| (m.id, m.addr)).collect(),
             acls: Default::default(),

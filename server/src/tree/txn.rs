@@ -35,7 +35,7 @@ pub struct TreeError {
 }
 
 impl TreeError {
-    fn new(code: ErrorCode, path: &str) -> TreeError {
+    pub(super) fn new(code: ErrorCode, path: &str) -> TreeError {
         TreeError {
             code,
             path: path.to_string(),
@@ -132,7 +132,7 @@ pub enum MultiOutcome {
 /// How to reverse one mutation. Replayed newest first, these restore the
 /// tree exactly as it was before the first of them.
 #[derive(Debug)]
-enum Undo {
+pub(super) enum Undo {
     /// A node was inserted at `path`: remove it (and its index entries).
     Inserted { path: String },
     /// A childless node was removed from `path`: put it back.
@@ -167,17 +167,17 @@ enum Undo {
 }
 
 /// The state of one `apply` call that the operations share.
-struct Ctx {
-    zxid: u64,
-    time_ms: i64,
-    undo: Vec<Undo>,
+pub(super) struct Ctx {
+    pub(super) zxid: u64,
+    pub(super) time_ms: i64,
+    pub(super) undo: Vec<Undo>,
     triggers: Vec<Trigger>,
     /// The requester's identities; `None`: not checked (see `Txn.auth`).
     auth: Option<Vec<AuthId>>,
 }
 
 impl Ctx {
-    fn trigger(&mut self, path: &str, event: EventType) {
+    pub(super) fn trigger(&mut self, path: &str, event: EventType) {
         self.triggers.push(Trigger {
             path: path.to_string(),
             event,
@@ -188,7 +188,7 @@ impl Ctx {
     /// Checked here, where the write applies, against this replica's own
     /// state, so a server with a stale view cannot let through what the
     /// log's order refuses.
-    fn authorize(&self, acl: &[Acl], perm: u32, path: &str) -> Result<(), TreeError> {
+    pub(super) fn authorize(&self, acl: &[Acl], perm: u32, path: &str) -> Result<(), TreeError> {
         match &self.auth {
             Some(ids) if !super::acl::allowed(acl, ids, perm) => {
                 Err(TreeError::new(ErrorCode::NoAuth, path))
@@ -442,6 +442,9 @@ impl DataTree {
         // For a sequential path ending in '/', this is the path without it:
         // the child is named by its sequence number alone.
         let parent_path = path::parent(requested);
+        // The first quota node brings ZooKeeper's /zookeeper/quota into the
+        // tree; the create then cannot fail (open ACL, no children).
+        self.quota_root_for(ctx, requested);
         let Some(parent) = self.nodes.get(parent_path) else {
             return fail(ErrorCode::NoNode);
         };
@@ -468,6 +471,8 @@ impl DataTree {
         if self.nodes.contains_key(new_path.as_str()) {
             return Err(TreeError::new(ErrorCode::NodeExists, &new_path));
         }
+        let data_len = t.data.len() as i64;
+        self.quota_check(&new_path, 1, data_len)?;
 
         self.bump_child_counters(ctx, parent_path);
         let acl = if t.acl.is_empty() {
@@ -499,6 +504,7 @@ impl DataTree {
         });
         ctx.trigger(&new_path, EventType::NodeCreated);
         ctx.trigger(parent_path, EventType::NodeChildrenChanged);
+        self.quota_account(ctx, &new_path, 1, data_len);
         debug_assert_eq!(self.check_node(&new_path), Ok(()));
         Ok((new_path, stat))
     }
@@ -535,7 +541,7 @@ impl DataTree {
         if t.data.len() > DATA_BYTES_MAX {
             return Err(TreeError::new(ErrorCode::DataTooLarge, p));
         }
-        let Some(node) = self.node_mut(p) else {
+        let Some(node) = self.nodes.get(p) else {
             return Err(TreeError::new(ErrorCode::NoNode, p));
         };
         ctx.authorize(&node.acl, perms::WRITE, p)?;
@@ -544,6 +550,11 @@ impl DataTree {
         if t.ttl_ms > 0 && node.ttl_ms == 0 {
             return Err(TreeError::new(ErrorCode::BadArguments, p));
         }
+        let bytes_diff = t.data.len() as i64 - node.data.len() as i64;
+        self.quota_check(p, 0, bytes_diff)?;
+        let Some(node) = self.node_mut(p) else {
+            return Err(TreeError::new(ErrorCode::NoNode, p));
+        };
 
         let old_data = std::mem::replace(&mut node.data, t.data.clone());
         let old_null = std::mem::replace(&mut node.data_null, t.data_null && t.data.is_empty());
@@ -566,6 +577,7 @@ impl DataTree {
         let stat = node.stat();
         self.data_bytes = self.data_bytes + t.data.len() as u64 - replaced;
         ctx.trigger(p, EventType::NodeDataChanged);
+        self.quota_account(ctx, p, 0, bytes_diff);
         debug_assert_eq!(self.check_node(p), Ok(()));
         Ok(stat)
     }
@@ -662,22 +674,27 @@ impl DataTree {
     fn remove_unchecked(&mut self, ctx: &mut Ctx, p: &str) {
         let parent_path = path::parent(p);
         self.bump_child_counters(ctx, parent_path);
+        let mut bytes = 0;
         match self.remove_node(p) {
-            Some(node) => ctx.undo.push(Undo::Removed {
-                path: p.to_string(),
-                node,
-            }),
+            Some(node) => {
+                bytes = node.data.len() as i64;
+                ctx.undo.push(Undo::Removed {
+                    path: p.to_string(),
+                    node,
+                })
+            }
             None => debug_assert!(false, "{p}: removed but absent"),
         }
         ctx.trigger(p, EventType::NodeDeleted);
         ctx.trigger(parent_path, EventType::NodeChildrenChanged);
+        self.quota_account(ctx, p, -1, -bytes);
         debug_assert_eq!(self.check_node(parent_path), Ok(()));
     }
 
     /// A child of `parent_path` is being created or deleted: cversion + 1
     /// (which is also the next sequence number) and pzxid = this zxid.
     /// mzxid and version stay: the parent's own data did not change.
-    fn bump_child_counters(&mut self, ctx: &mut Ctx, parent_path: &str) {
+    pub(super) fn bump_child_counters(&mut self, ctx: &mut Ctx, parent_path: &str) {
         let Some(parent) = self.node_mut(parent_path) else {
             debug_assert!(false, "{parent_path}: parent vanished");
             return;

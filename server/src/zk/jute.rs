@@ -76,6 +76,14 @@ impl<'a> Reader<'a> {
         String::from_utf8(self.buffer(what)?).map_err(|_| JuteError::Utf8(what))
     }
 
+    /// A string, `None` for null (where a request tells "not given" from
+    /// empty, as reconfig's `newMembers` does).
+    pub fn string_or_null(&mut self, what: &'static str) -> Result<Option<String>, JuteError> {
+        self.buffer_or_null(what)?
+            .map(|b| String::from_utf8(b).map_err(|_| JuteError::Utf8(what)))
+            .transpose()
+    }
+
     /// A vector's length; null reads as 0. Each item takes at least
     /// `item_bytes_min` bytes, which bounds the count by what is left.
     pub fn vec_len(

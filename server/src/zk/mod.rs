@@ -5,7 +5,9 @@
 //! It is a thin adapter: [`proto`] turns jute records into the native
 //! `pb::request::Op`s and native responses back into jute; [`conn`] hands
 //! them to the same core, through the same pipeline, as the native door.
-//! Nothing here decides anything about znodes.
+//! Nothing here decides anything about znodes. [`reserved`] is ZooKeeper's
+//! own subtree (`/zookeeper`), [`reconfig`] reads a reconfig's server
+//! lines.
 //!
 //! A connection whose first four bytes spell a four-letter word (`ruok`,
 //! `srvr`, `mntr`, ...) gets the operator's answer instead
@@ -16,6 +18,7 @@ pub mod fourletter;
 pub mod frames;
 pub mod jute;
 pub mod proto;
+pub mod reconfig;
 pub mod reserved;
 
 use tokio::io::AsyncReadExt;

@@ -23,6 +23,7 @@ pub mod opcode {
     pub const PING: i32 = 11;
     pub const GET_CHILDREN2: i32 = 12;
     pub const CHECK: i32 = 13;
+    pub const RECONFIG: i32 = 16;
     pub const CHECK_WATCHES: i32 = 17;
     pub const MULTI_READ: i32 = 22;
     pub const GET_EPHEMERALS: i32 = 103;
@@ -93,6 +94,10 @@ pub enum Reply {
     },
     /// getChildren("/"): the tree's children, and `zookeeper`.
     RootChildren(i32),
+    /// reconfig: answered as getData of `/zookeeper/config` after it.
+    Reconfig,
+    /// A read of `/zookeeper/quota`: the tree's node, or an empty one.
+    QuotaRoot(i32),
     Multi(Vec<i32>),
     MultiRead(Vec<i32>),
 }
@@ -341,6 +346,12 @@ pub fn decode_request(op: i32, body: &[u8]) -> Result<(Op, Reply), DecodeError> 
         }
         // No body.
         opcode::WHO_AM_I => Op::WhoAmI(pb::WhoAmIRequest {}),
+        opcode::RECONFIG => {
+            return Ok((
+                Op::Reconfig(super::reconfig::decode(&mut r)?),
+                Reply::Reconfig,
+            ))
+        }
         opcode::MULTI => return decode_multi(&mut r),
         opcode::MULTI_READ => return decode_multi_read(&mut r),
         other => return Err(DecodeError::Unsupported(other)),
@@ -478,6 +489,12 @@ pub fn encode_response(reply: &Reply, resp: &pb::Response) -> (i32, Writer) {
             return (zk_code(code), w);
         }
         Reply::Reserved { op, node } => return super::reserved::encode(*op, *node, resp),
+        // ZooKeeper answers a reconfig with the new config node's data
+        // and stat (a GetDataResponse).
+        Reply::QuotaRoot(op) => return super::reserved::encode_quota_root(*op, resp),
+        Reply::Reconfig => {
+            return super::reserved::encode(opcode::GET_DATA, super::reserved::Node::Config, resp)
+        }
         Reply::RootChildren(op) => {
             let mut resp = resp.clone();
             if let Some(Res::GetChildren(c)) = &mut resp.result {

@@ -2,16 +2,20 @@
 //! `config` and `quota` under it, and `zookeeper` among the root's
 //! children.
 //!
-//! Virtual: served by this door only, never stored in the tree (native
-//! clients and snapshots do not see it). A read of one of these nodes is
-//! forwarded as a ClusterStatus request, so it is answered in the
-//! connection's turn, and `/zookeeper/config` is computed from the members
-//! the answering server knows, in ZooKeeper's dynamic-config format (what
-//! `getConfig` and Curator's EnsembleTracker read). Writes anywhere in the
-//! subtree are refused (NoAuth, as ZooKeeper refuses writes to its
-//! read-only config node; NodeExists for creating one of the three;
-//! Unimplemented below `/zookeeper/quota`, where ZooKeeper clients write
-//! quotas, which Warden does not have).
+//! `/zookeeper` and `/zookeeper/config` are virtual: served by this door
+//! only, never stored in the tree. A read of one of them is forwarded as a
+//! ClusterStatus request, so it is answered in the connection's turn, and
+//! `/zookeeper/config` is computed from the members the answering server
+//! knows, in ZooKeeper's dynamic-config format (what `getConfig` and
+//! Curator's EnsembleTracker read). Writes to them are refused (NoAuth, as
+//! ZooKeeper refuses writes to its read-only config node; NodeExists for
+//! creating one of them).
+//!
+//! Quotas are the tree's ([`crate::tree::quota`]): everything below
+//! `/zookeeper/quota` is read and written in the tree like any node, and
+//! `/zookeeper/quota` itself is read from the tree, or shown as an empty
+//! node until the first quota brings it there. Anything else below
+//! `/zookeeper` does not exist, and is not created.
 //! A watch asked with getData or exists on `/zookeeper/config` fires
 //! (NodeDataChanged) once, when the membership next changes or the server
 //! learns a member's ZooKeeper port (the config then gains its client
@@ -42,6 +46,8 @@ pub fn node(path: &str) -> Option<Node> {
         ROOT => Some(Node::Root),
         CONFIG => Some(Node::Config),
         QUOTA => Some(Node::Quota),
+        // Quotas: the tree's.
+        p if p.starts_with(QUOTA_PREFIX) => None,
         p if p.starts_with("/zookeeper/") => Some(Node::Missing),
         _ => None,
     }
@@ -62,6 +68,9 @@ pub fn route(op: Op, reply: Reply) -> Result<(Op, Reply), DecodeError> {
         _ => None,
     };
     if let Some(path) = read {
+        if path == QUOTA {
+            return Ok((op, Reply::QuotaRoot(code)));
+        }
         if let Some(node) = node(path) {
             // getConfig's watch: on the config node, by getData or exists.
             let watch = match &op {
@@ -95,13 +104,6 @@ pub fn route(op: Op, reply: Reply) -> Result<(Op, Reply), DecodeError> {
 pub fn check_write(path: &str, creating: bool) -> Result<(), DecodeError> {
     match node(path) {
         None => Ok(()),
-        // ZooKeeper keeps quotas as nodes below /zookeeper/quota, written
-        // by clients (zkCli's setquota). Warden has no quotas: say so,
-        // rather than "no permission".
-        Some(Node::Missing) if path.starts_with(QUOTA_PREFIX) => Err(DecodeError::Refused(
-            ErrorCode::Unimplemented,
-            format!("{path}: quotas are not supported"),
-        )),
         Some(n) if creating && n != Node::Missing => Err(DecodeError::Refused(
             ErrorCode::NodeExists,
             path.to_string(),
@@ -149,17 +151,56 @@ pub fn encode(op: i32, node: Node, resp: &pb::Response) -> (i32, Writer) {
             }
         }
         opcode::GET_ACL => {
-            // ZooKeeper's: world:anyone may only read the config node.
-            let perms = match node {
-                Node::Config => warden_protocol::perms::READ,
-                _ => warden_protocol::perms::ALL,
+            let acl = match node {
+                Node::Config => config_acl(),
+                _ => vec![pb::Acl {
+                    perms: warden_protocol::perms::ALL,
+                    scheme: "world".into(),
+                    id: "anyone".into(),
+                }],
             };
-            w.int(1).int(perms as i32).string("world").string("anyone");
+            w.int(acl.len() as i32);
+            for a in &acl {
+                w.int(a.perms as i32).string(&a.scheme).string(&a.id);
+            }
             write_stat(&mut w, &stat);
         }
         _ => {}
     }
     (0, w)
+}
+
+/// The answer to a read of `/zookeeper/quota` (opcode `op`) that the
+/// tree answered: its own, or, while the tree has no such node yet, an
+/// empty node's.
+pub fn encode_quota_root(op: i32, resp: &pb::Response) -> (i32, Writer) {
+    let missing = resp.error == ErrorCode::NoNode as i32
+        || matches!(&resp.result, Some(Res::Stat(s)) if s.stat.is_none());
+    if !missing {
+        return super::proto::encode_response(&Reply::Plain(op), resp);
+    }
+    let empty = pb::Response {
+        result: Some(Res::ClusterStatus(Default::default())),
+        ..Default::default()
+    };
+    encode(op, Node::Quota, &empty)
+}
+
+/// The ACL of `/zookeeper/config`, ZooKeeper's: world:anyone may only
+/// read it. A reconfig needs ADMIN on it, so only the super user
+/// (`--super-digest`) may make one.
+pub fn config_acl() -> Vec<pb::Acl> {
+    vec![pb::Acl {
+        perms: warden_protocol::perms::READ,
+        scheme: "world".into(),
+        id: "anyone".into(),
+    }]
+}
+
+/// The `version=` of [`config`] for this membership: what a reconfig's
+/// curConfigId is checked against.
+pub fn config_version(status: &pb::ClusterStatusResponse) -> u64 {
+    fingerprint(&member_lines(status))
 }
 
 /// The membership in ZooKeeper's dynamic-config format: per member
@@ -175,6 +216,14 @@ pub fn encode(op: i32, node: Node, resp: &pb::Response) -> (i32, Writer) {
 /// ZooKeeper port learned) and every member that knows every port computes
 /// the same one.
 pub fn config(status: &pb::ClusterStatusResponse) -> String {
+    let mut out = member_lines(status);
+    let version = fingerprint(&out);
+    out.push_str(&format!("version={version:x}"));
+    out
+}
+
+/// One `server.` line per member, sorted by id.
+fn member_lines(status: &pb::ClusterStatusResponse) -> String {
     let mut members: Vec<&pb::MemberStatus> = status.members.iter().collect();
     members.sort_by_key(|m| m.id);
     let mut out = String::new();
@@ -186,14 +235,17 @@ pub fn config(status: &pb::ClusterStatusResponse) -> String {
         }
         out.push('\n');
     }
-    let version = out.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+    out
+}
+
+/// FNV-1a of the member lines. ZooKeeper reads the version as a signed
+/// long in hex (a zxid), and refuses the whole config if it does not fit:
+/// 63 bits.
+fn fingerprint(lines: &str) -> u64 {
+    let version = lines.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
-    // ZooKeeper reads the version as a signed long in hex (a zxid), and
-    // refuses the whole config if it does not fit: 63 bits.
-    let version = version & i64::MAX as u64;
-    out.push_str(&format!("version={version:x}"));
-    out
+    version & i64::MAX as u64
 }
 
 #[cfg(test)]
@@ -276,14 +328,29 @@ mod tests {
             route(create, Reply::Plain(opcode::CREATE)),
             Err(DecodeError::Refused(ErrorCode::NodeExists, _))
         ));
-        // zkCli's setquota creates nodes below /zookeeper/quota: no quotas.
+        // zkCli's setquota creates nodes below /zookeeper/quota: the
+        // tree's, as are reads there and of /zookeeper/quota itself.
         let quota = Op::Create(pb::CreateRequest {
             path: "/zookeeper/quota/app".into(),
             ..Default::default()
         });
+        let (op, reply) = route(quota, Reply::Plain(opcode::CREATE)).unwrap();
+        assert!(matches!(op, Op::Create(_)));
+        assert_eq!(reply, Reply::Plain(opcode::CREATE));
+        let children = Op::GetChildren(pb::GetChildrenRequest {
+            path: QUOTA.into(),
+            ..Default::default()
+        });
+        let (op, reply) = route(children, Reply::Plain(opcode::GET_CHILDREN)).unwrap();
+        assert!(matches!(op, Op::GetChildren(_)));
+        assert_eq!(reply, Reply::QuotaRoot(opcode::GET_CHILDREN));
+        let elsewhere = Op::Create(pb::CreateRequest {
+            path: "/zookeeper/other".into(),
+            ..Default::default()
+        });
         assert!(matches!(
-            route(quota, Reply::Plain(opcode::CREATE)),
-            Err(DecodeError::Refused(ErrorCode::Unimplemented, _))
+            route(elsewhere, Reply::Plain(opcode::CREATE)),
+            Err(DecodeError::Refused(ErrorCode::NoAuth, _))
         ));
         let get = Op::GetData(pb::GetDataRequest {
             path: CONFIG.into(),

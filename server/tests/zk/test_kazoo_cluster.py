@@ -25,6 +25,7 @@ from kazoo.exceptions import (
     NoAuthError,
     NodeExistsError,
     NoNodeError,
+    QuotaExceededError,
     RolledBackError,
 )
 
@@ -400,3 +401,34 @@ def test_zookeeper_subtree_and_config_on_every_node(zk):
     assert [(a.perms, a.id.scheme, a.id.id) for a in acl] == [(1, "world", "anyone")]
     # Still the same, and the connection still serves.
     assert config_of(zk)[0] == seen[0]
+
+
+def test_quota_hard_limits_hold_on_every_node(zk, root):
+    """ZooKeeper 3.8's quota nodes, written as zkCli's setquota writes them:
+    the servers keep the stats, and a write past a hard limit is refused
+    (QuotaExceeded) through whichever member it is sent to."""
+    quota = "/zookeeper/quota" + root
+    zk.create(root + "/a", b"12")
+    zk.ensure_path(quota)
+    zk.create(quota + "/zookeeper_limits", b"count=-1,bytes=-1=;byteHardLimit=10;countHardLimit=3")
+    zk.create(quota + "/zookeeper_stats", b"count=0,bytes=0")
+    assert zk.get(quota + "/zookeeper_stats")[0] == b"count=2,bytes=2"
+    others = [client(node) for node in NODES]
+    try:
+        others[1].create(root + "/b", b"345")
+        with pytest.raises(QuotaExceededError):
+            others[2].create(root + "/c")
+        with pytest.raises(QuotaExceededError):
+            others[0].set(root + "/b", b"too many bytes")
+        for c in others:
+            c.sync(root)
+            assert c.get(quota + "/zookeeper_stats")[0] == b"count=3,bytes=5"
+        # Lifting the hard count lets the create through.
+        zk.set(quota + "/zookeeper_limits", b"count=-1,bytes=-1=;byteHardLimit=10;countHardLimit=-1")
+        others[2].create(root + "/c")
+    finally:
+        for c in others:
+            c.stop()
+            c.close()
+    zk.delete(quota, recursive=True)
+    zk.create(root + "/d", b"no quota, no limit")
