@@ -140,6 +140,15 @@ pub enum CoreMsg {
     },
     /// A request on an open connection.
     Request { conn: ConnId, request: pb::Request },
+    /// The ZooKeeper door completed a SASL exchange on `conn` as request
+    /// `xid`: the connection gets `user`'s identities (its password
+    /// digests to `hash`), answered in its turn.
+    SaslAuthenticated {
+        conn: ConnId,
+        xid: u64,
+        user: String,
+        hash: String,
+    },
     /// The connection is gone.
     Closed { conn: ConnId },
     /// Operator figures.

@@ -68,6 +68,12 @@ impl Core {
                 let _ = reply.send(self.m.locks.list(&self.m.tree, &query));
             }
             CoreMsg::Request { conn, request } => self.request(conn, request),
+            CoreMsg::SaslAuthenticated {
+                conn,
+                xid,
+                user,
+                hash,
+            } => self.sasl_authenticated(conn, xid, &user, &hash),
             CoreMsg::Closed { conn } => self.m.clients.drop_conn(conn, "connection closed"),
         }
     }
@@ -308,6 +314,35 @@ impl Core {
                 Slot::Done(frames::error(xid, zxid, f))
             }
         }
+    }
+
+    /// A SASL exchange the ZooKeeper door completed: the connection gets
+    /// the user's identities, in order with its other requests. Refused
+    /// (AuthFailed) only when the connection holds too many identities.
+    fn sasl_authenticated(&mut self, conn: ConnId, xid: u64, user: &str, hash: &str) {
+        self.m.clients.received(conn, xid);
+        let zxid = self.m.tree.applied_index();
+        let Some(c) = self.m.clients.get(conn) else {
+            return;
+        };
+        let peer = c.peer;
+        let mut ids = c.ids.as_ref().clone();
+        let slot = match crate::auth::add_ids(&mut ids, self.m.cfg.auth.sasl_ids(user, hash)) {
+            Ok(()) => {
+                info!(conn, %peer, user = %user.escape_debug(), "SASL DIGEST-MD5 authenticated");
+                self.m.clients.set_ids(conn, ids);
+                Slot::Done(frames::response(xid, zxid, Ok(None)))
+            }
+            Err(why) => {
+                info!(conn, %peer, %why, "SASL identities refused");
+                Slot::Done(frames::error(
+                    xid,
+                    zxid,
+                    Failure::new(ErrorCode::AuthFailed, why),
+                ))
+            }
+        };
+        self.answer(conn, slot, "auth");
     }
 
     fn conf_change_slot(

@@ -7,6 +7,8 @@
 //! them to the same core, through the same pipeline, as the native door.
 //! Nothing here decides anything about znodes.
 //!
+//! [`sasl`] runs SASL DIGEST-MD5 exchanges (`--zk-sasl-jaas`).
+//!
 //! A connection whose first four bytes spell a four-letter word (`ruok`,
 //! `srvr`, `mntr`, ...) gets the operator's answer instead
 //! ([`fourletter`]).
@@ -17,6 +19,7 @@ pub mod frames;
 pub mod jute;
 pub mod proto;
 pub mod reserved;
+pub mod sasl;
 
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
@@ -41,6 +44,7 @@ pub async fn listen(
     next_conn: std::sync::Arc<std::sync::atomic::AtomicU64>,
     tls: Option<TlsAcceptor>,
     limiter: Limiter,
+    sasl_users: Option<std::sync::Arc<crate::sasl::SaslUsers>>,
 ) {
     loop {
         let accepted = tokio::select! {
@@ -58,6 +62,7 @@ pub async fn listen(
         let core = core.clone();
         let tls = tls.clone();
         let limiter = limiter.clone();
+        let sasl_users = sasl_users.clone();
         tokio::spawn(async move {
             // Counted with the native door's connections. Over the limit,
             // the connection is closed at once, as ZooKeeper does (its
@@ -86,7 +91,17 @@ pub async fn listen(
             if let Some(word) = fourletter::Word::parse(&first4) {
                 fourletter::answer(stream, word, core, peer).await;
             } else {
-                conn::serve(stream, peer, conn, core, first4, tls_subject, limiter).await;
+                conn::serve(
+                    stream,
+                    peer,
+                    conn,
+                    core,
+                    first4,
+                    tls_subject,
+                    limiter,
+                    sasl_users,
+                )
+                .await;
             }
         });
     }

@@ -33,6 +33,8 @@ pub mod opcode {
     pub const CREATE_CONTAINER: i32 = 19;
     pub const CREATE_TTL: i32 = 21;
     pub const AUTH: i32 = 100;
+    /// A SASL token ([`super::sasl`]).
+    pub const SASL: i32 = 102;
     pub const SET_WATCHES: i32 = 101;
     pub const SET_WATCHES2: i32 = 105;
     pub const ADD_WATCH: i32 = 106;
