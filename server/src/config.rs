@@ -171,6 +171,14 @@ pub struct ServeArgs {
     /// identity of that user and password.
     #[arg(long, value_name = "FILE", env = "WARDEN_ZK_SASL_JAAS")]
     pub zk_sasl_jaas: Option<PathBuf>,
+    /// ZooKeeper's read-only mode (its `readonlymode.enabled`): while this
+    /// server knows no leader, ZooKeeper clients that connect with
+    /// canBeReadOnly get a read-only session, served (possibly stale)
+    /// reads from this server's tree and NotReadOnly for writes; `isro`
+    /// answers `ro`. When a leader is back their connections close, and
+    /// they reconnect for a read-write session.
+    #[arg(long, env = "WARDEN_ZK_READ_ONLY")]
+    pub zk_read_only: bool,
     /// A bearer token of the HTTP lock API and the digest identity it
     /// stands for (repeatable).
     /// (WARDEN_HTTP_TOKEN holds one; for several, or to keep tokens off
@@ -232,6 +240,8 @@ pub struct Config {
     /// SASL users of the ZooKeeper port (`--zk-sasl-jaas`); `None`: SASL
     /// is refused.
     pub zk_sasl: Option<std::sync::Arc<crate::sasl::SaslUsers>>,
+    /// `--zk-read-only`: read-only sessions while there is no quorum.
+    pub zk_read_only: bool,
     /// HTTP bearer token -> `user:password`.
     pub http_tokens: Vec<(String, String)>,
     /// ACL of the HTTP lock API's nodes; empty: world:anyone.
@@ -367,6 +377,7 @@ impl ServeArgs {
             limits,
             auth,
             zk_sasl,
+            zk_read_only: self.zk_read_only,
             http_tokens,
             http_lock_acl,
         })

@@ -550,6 +550,7 @@ fn server_frames(tree: &DataTree) -> Vec<pb::ServerFrame> {
                 timeout_ms: 10_000,
                 zxid: tree.applied_index(),
                 server_id: 1,
+                read_only: false,
             })),
         },
         response(

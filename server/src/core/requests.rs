@@ -32,6 +32,7 @@ impl Core {
                 closed,
                 connect,
                 tls_subject,
+                can_be_read_only,
             } => {
                 if let Some(subject) = &tls_subject {
                     debug!(conn, %subject, "client certificate verified");
@@ -40,7 +41,14 @@ impl Core {
                 // task handles them, in order).
                 let ids = crate::auth::connection_ids(peer, tls_subject.as_deref());
                 self.m.clients.open(conn, peer, door, out, closed, ids);
-                self.open_session(conn, peer, &connect);
+                if can_be_read_only {
+                    self.m.clients.accepts_read_only(conn);
+                }
+                if can_be_read_only && self.m.read_only.active() {
+                    self.open_read_only(conn, peer, &connect);
+                } else {
+                    self.open_session(conn, peer, &connect);
+                }
             }
             CoreMsg::Stats { reply } => {
                 let _ = reply.send(self.stats());
@@ -126,7 +134,7 @@ impl Core {
         }
     }
 
-    fn refuse_connect(&mut self, conn: ConnId, code: ErrorCode, message: String) {
+    pub(super) fn refuse_connect(&mut self, conn: ConnId, code: ErrorCode, message: String) {
         let zxid = self.m.tree.applied_index();
         self.m
             .clients
@@ -134,7 +142,7 @@ impl Core {
     }
 
     /// Queues `slot` for `conn` and sends what is ready.
-    fn answer(&mut self, conn: ConnId, slot: Slot, op: &'static str) {
+    pub(super) fn answer(&mut self, conn: ConnId, slot: Slot, op: &'static str) {
         self.m.clients.enqueue(conn, slot, op);
         self.m.clients.flush(conn, &self.m.tree);
     }
@@ -146,6 +154,7 @@ impl Core {
             return;
         };
         let door = c.door;
+        let read_only = c.read_only;
         let ids = c.ids.clone();
         let zxid = self.m.tree.applied_index();
         let Some(session_id) = c.session else {
@@ -168,7 +177,11 @@ impl Core {
             self.answer(conn, Slot::Done(frames::error(xid, zxid, f)), "throttled");
             return;
         }
-        self.m.sessions.touch(session_id, Instant::now());
+        if read_only {
+            self.m.read_only.touch(session_id, Instant::now());
+        } else {
+            self.m.sessions.touch(session_id, Instant::now());
+        }
         let Some(op) = request.op else {
             let f = Failure::new(ErrorCode::BadArguments, "request has no operation");
             self.answer(conn, Slot::Done(frames::error(xid, zxid, f)), "invalid");
@@ -180,7 +193,11 @@ impl Core {
             self.answer(conn, slot, op_name);
             return;
         }
-        let slot = match ops::plan(op, session_id, &ids) {
+        let plan = ops::plan(op, session_id, &ids);
+        if read_only && self.read_only_request(conn, xid, session_id, &plan, op_name) {
+            return;
+        }
+        let slot = match plan {
             Plan::Reject(f) => Slot::Done(frames::error(xid, zxid, f)),
             Plan::Ping => Slot::Ping { xid },
             Plan::ClusterStatus { watch_config } => {

@@ -135,7 +135,7 @@ async fn run(
     let mut writer = FramedWrite::new(wr, codec());
 
     let first = tokio::time::timeout(HANDSHAKE_TIMEOUT, reader.next()).await;
-    let connect = match first {
+    let (connect, can_be_read_only) = match first {
         Ok(Some(Ok(body))) => match proto::decode_connect(&body) {
             Ok(c) => c,
             Err(e) => {
@@ -161,6 +161,7 @@ async fn run(
             closed: closed.clone(),
             connect,
             tls_subject,
+            can_be_read_only,
         })
         .await
         .is_err()
