@@ -33,7 +33,7 @@ pub mod opcode {
     pub const CREATE_CONTAINER: i32 = 19;
     pub const CREATE_TTL: i32 = 21;
     pub const AUTH: i32 = 100;
-    /// A SASL token ([`super::sasl`]).
+    /// A SASL token ([`crate::zk::sasl`]).
     pub const SASL: i32 = 102;
     pub const SET_WATCHES: i32 = 101;
     pub const SET_WATCHES2: i32 = 105;
