@@ -2,8 +2,10 @@
 //! driven by kazoo (`tests/zk/read_only_run.py`): with two nodes down, the
 //! one left serves reads to a `read_only=True` client, answers its writes
 //! NotReadOnly and `isro` with `ro`, and gives no session to a client that
-//! did not ask for read-only; once the others are back, `isro` says `rw`
-//! and a new connection gets a read-write session that writes.
+//! did not ask for read-only; ZooKeeper's Java client (`zkCli.sh -r`)
+//! connects read-only there too, reads, and is refused its create; once
+//! the others are back, `isro` says `rw` and a new connection gets a
+//! read-write session that writes.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -23,6 +25,62 @@ fn isro(addr: &str) -> String {
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     out
+}
+
+const ZKCLI: &str = "/usr/share/zookeeper/bin/zkCli.sh";
+
+/// ZooKeeper's own Java client in read-only mode (`zkCli.sh -r`) against
+/// the cut-off server: it connects read-only, reads, and its create is
+/// refused NotReadOnly. Skipped without Java and Debian's `zookeeper`
+/// (a failure instead under `WARDEN_COMPAT_REQUIRED=1`).
+fn zkcli_read_only(alone: &str, cluster: &Cluster) {
+    let java = Command::new("java")
+        .arg("-version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !(java && Path::new(ZKCLI).exists()) {
+        let why = "zkCli -r: missing java or zkCli.sh (Debian's zookeeper; bash compat/run.sh installs them)";
+        assert!(
+            std::env::var("WARDEN_COMPAT_REQUIRED").as_deref() != Ok("1"),
+            "{why}"
+        );
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let mut child = Command::new(ZKCLI)
+        .args(["-server", alone, "-r"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run zkCli.sh");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"get /ro/data\ncreate /ro/java x\nquit\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let all = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // "Not a read-only call" is the Java client's text for NotReadOnly.
+    for want in [
+        "state:ConnectedReadOnly",
+        "before",
+        "Not a read-only call: /ro/java",
+    ] {
+        assert!(
+            all.contains(want),
+            "zkCli -r: no {want:?} in\n{all}\nnode 1 log:\n{}",
+            cluster.log(1)
+        );
+    }
+    assert!(!all.contains("Created /ro/java"), "{all}");
 }
 
 #[test]
@@ -76,6 +134,7 @@ fn kazoo_read_only_mode_on_a_cut_off_server() {
     next("read-only ok", &cluster);
     let log = cluster.log(1);
     assert!(log.contains("read-only mode begins"), "{log}");
+    zkcli_read_only(&alone, &cluster);
 
     cluster.restart_many(&[2, 3]);
     wait_until(Duration::from_secs(30), "node 1 to say isro = rw", || {
