@@ -6,6 +6,9 @@
 //! `digest:user:base64(sha1("user:password"))`, exactly as ZooKeeper
 //! computes it, and for the super user (`--super-digest`) the `super:`
 //! identity too, which passes every ACL check.
+//! A SASL exchange on the ZooKeeper port ([`crate::sasl`]) adds
+//! `sasl:user` and the digest identity of that user and password
+//! ([`AuthConfig::sasl_ids`]).
 //!
 //! What is checked, decided by the operator's flags:
 //! - without `--auth-users`, any well-formed `user:password` is accepted
