@@ -526,6 +526,25 @@ mod tests {
         assert_eq!(latin1_or_utf8("€"), "€".as_bytes());
     }
 
+    proptest::proptest! {
+        /// Any bytes as a response are refused with a reason, never a
+        /// panic; directives built from any text parse back as given.
+        #[test]
+        fn any_response_is_refused_cleanly(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            let table = users(&[("chris", "secret")]);
+            let mut s = rfc_server();
+            s.step(b"", &table).unwrap();
+            proptest::prop_assert!(s.step(&bytes, &table).is_err());
+        }
+
+        #[test]
+        fn quoted_values_round_trip(value in "[ -~]{0,40}") {
+            let quoted = value.replace('\\', "\\\\").replace('"', "\\\"");
+            let d = parse_directives(&format!("a=\"{quoted}\",b=tok")).unwrap();
+            proptest::prop_assert_eq!(d, vec![("a".to_string(), value), ("b".to_string(), "tok".to_string())]);
+        }
+    }
+
     #[test]
     fn zookeepers_challenge_has_a_fresh_nonce() {
         let table = users(&[("bob", "secret")]);
