@@ -31,6 +31,7 @@ impl ErrorCode {
             ErrorCode::Throttled => "Throttled",
             ErrorCode::AuthFailed => "AuthFailed",
             ErrorCode::LimitExceeded => "LimitExceeded",
+            ErrorCode::NotReadOnly => "NotReadOnly",
         }
     }
 }

@@ -6,6 +6,9 @@
 //! `digest:user:base64(sha1("user:password"))`, exactly as ZooKeeper
 //! computes it, and for the super user (`--super-digest`) the `super:`
 //! identity too, which passes every ACL check.
+//! A SASL exchange on the ZooKeeper port ([`crate::sasl`]) adds
+//! `sasl:user` and the digest identity of that user and password
+//! ([`AuthConfig::sasl_ids`]).
 //!
 //! What is checked, decided by the operator's flags:
 //! - without `--auth-users`, any well-formed `user:password` is accepted
@@ -106,6 +109,41 @@ impl AuthConfig {
         }
     }
 }
+
+impl AuthConfig {
+    /// The identities a completed SASL exchange gives `user`, whose
+    /// password has the digest `hash`: `sasl:USER`, as ZooKeeper gives
+    /// it (ACLs with scheme sasl), and the digest identity of the same
+    /// user and password (ACLs written for digest auth); the super user
+    /// too when that identity is `--super-digest`'s.
+    pub fn sasl_ids(&self, user: &str, hash: &str) -> Vec<AuthId> {
+        let mut ids = vec![
+            AuthId {
+                scheme: SASL_SCHEME.into(),
+                id: user.to_string(),
+            },
+            AuthId {
+                scheme: "digest".into(),
+                id: format!("{user}:{hash}"),
+            },
+        ];
+        if let Some((super_name, super_hash)) = &self.super_user {
+            if user == super_name && same(hash, super_hash) {
+                ids.insert(
+                    0,
+                    AuthId {
+                        scheme: SUPER_SCHEME.into(),
+                        id: String::new(),
+                    },
+                );
+            }
+        }
+        ids
+    }
+}
+
+/// The scheme of the identity a SASL exchange gives (ZooKeeper's).
+pub const SASL_SCHEME: &str = "sasl";
 
 /// Compares two hashes without stopping at the first difference, so the
 /// time taken does not say how much of a guess was right.
@@ -252,6 +290,32 @@ mod tests {
             .contains("super user"));
         // Other users are still accepted as in ZooKeeper (no user list).
         assert_eq!(c.authenticate("digest", b"bob:x").unwrap().len(), 1);
+    }
+
+    #[test]
+    fn sasl_users_get_the_sasl_and_digest_identities() {
+        let bob_hash = digest_hash("bob", "secret");
+        let c = config(None, None);
+        let ids = c.sasl_ids("bob", &bob_hash);
+        assert_eq!(
+            ids,
+            vec![
+                AuthId {
+                    scheme: "sasl".into(),
+                    id: "bob".into()
+                },
+                AuthId {
+                    scheme: "digest".into(),
+                    id: digest_id("bob:secret").unwrap()
+                },
+            ]
+        );
+        // The super user's name and password make the super identity.
+        let c = config(Some(&digest_id("admin:root-pw").unwrap()), None);
+        let admin = c.sasl_ids("admin", &digest_hash("admin", "root-pw"));
+        assert_eq!(admin[0].scheme, SUPER_SCHEME);
+        let other = c.sasl_ids("admin", &digest_hash("admin", "other-pw"));
+        assert!(other.iter().all(|i| i.scheme != SUPER_SCHEME));
     }
 
     #[test]

@@ -169,6 +169,21 @@ pub struct ServeArgs {
     /// accepted as that digest identity (ZooKeeper's behaviour).
     #[arg(long, value_name = "FILE", env = "WARDEN_AUTH_USERS")]
     pub auth_users: Option<PathBuf>,
+    /// SASL DIGEST-MD5 on the ZooKeeper port: a JAAS file whose `Server`
+    /// section lists the users (`user_bob="secret"`, ZooKeeper's
+    /// DigestLoginModule), the same file a ZooKeeper server reads. A user
+    /// who authenticates gets the identities `sasl:USER` and the digest
+    /// identity of that user and password.
+    #[arg(long, value_name = "FILE", env = "WARDEN_ZK_SASL_JAAS")]
+    pub zk_sasl_jaas: Option<PathBuf>,
+    /// ZooKeeper's read-only mode (its `readonlymode.enabled`): while this
+    /// server knows no leader, ZooKeeper clients that connect with
+    /// canBeReadOnly get a read-only session, served (possibly stale)
+    /// reads from this server's tree and NotReadOnly for writes; `isro`
+    /// answers `ro`. When a leader is back their connections close, and
+    /// they reconnect for a read-write session.
+    #[arg(long, env = "WARDEN_ZK_READ_ONLY")]
+    pub zk_read_only: bool,
     /// A bearer token of the HTTP lock API and the digest identity it
     /// stands for (repeatable).
     /// (WARDEN_HTTP_TOKEN holds one; for several, or to keep tokens off
@@ -229,6 +244,11 @@ pub struct Config {
     pub limits: Limits,
     /// Super user and user list for digest auth.
     pub auth: crate::auth::AuthConfig,
+    /// SASL users of the ZooKeeper port (`--zk-sasl-jaas`); `None`: SASL
+    /// is refused.
+    pub zk_sasl: Option<std::sync::Arc<crate::sasl::SaslUsers>>,
+    /// `--zk-read-only`: read-only sessions while there is no quorum.
+    pub zk_read_only: bool,
     /// HTTP bearer token -> `user:password`.
     pub http_tokens: Vec<(String, String)>,
     /// ACL of the HTTP lock API's nodes; empty: world:anyone.
@@ -324,6 +344,12 @@ impl ServeArgs {
         let auth =
             crate::auth::AuthConfig::new(self.super_digest.as_deref(), self.auth_users.as_deref())
                 .map_err(ConfigError::Auth)?;
+        let zk_sasl = match &self.zk_sasl_jaas {
+            None => None,
+            Some(path) => Some(std::sync::Arc::new(
+                crate::sasl::jaas::load(path).map_err(ConfigError::Auth)?,
+            )),
+        };
         let mut token_specs = self.http_tokens.clone();
         if let Some(path) = &self.http_token_file {
             token_specs.extend(read_token_file(path)?);
@@ -358,6 +384,8 @@ impl ServeArgs {
             tls,
             limits,
             auth,
+            zk_sasl,
+            zk_read_only: self.zk_read_only,
             http_tokens,
             http_lock_acl,
         })
@@ -622,6 +650,18 @@ mod tests {
         assert!(parse(&["--super-digest", "nocolon"]).is_err());
         assert!(parse(&["--super-digest", "admin:aGFzaA=="]).is_ok());
         assert!(parse(&["--auth-users", "/nonexistent/users"]).is_err());
+        let err = parse(&["--zk-sasl-jaas", "/nonexistent/jaas.conf"]).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("--zk-sasl-jaas /nonexistent/jaas.conf:"),
+            "{err}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let jaas = dir.path().join("jaas.conf");
+        std::fs::write(&jaas, "Server { m required user_bob=\"secret\"; };").unwrap();
+        let c = parse(&["--zk-sasl-jaas", jaas.to_str().unwrap()]).unwrap();
+        assert_eq!(c.zk_sasl.unwrap().password("bob"), Some("secret"));
+        assert!(parse(&[]).unwrap().zk_sasl.is_none());
         let c = parse(&["--http-token", "t1=bob:pw", "--http-token", "t2=al:x:y"]).unwrap();
         assert_eq!(c.http_tokens[1], ("t2".to_string(), "al:x:y".to_string()));
         assert!(parse(&["--http-token", "t1"]).is_err());

@@ -174,6 +174,7 @@ async fn run(
             closed: closed_by_core.clone(),
             connect,
             tls_subject,
+            can_be_read_only: false,
         })
         .await
         .is_err()

@@ -66,7 +66,8 @@ pub fn native_frame(data: &[u8]) {
 
 /// The ZooKeeper door: the bytes as one connection's stream (4-byte
 /// length frames: the ConnectRequest, then requests), and the same bytes
-/// as one request frame's body and as a bare ConnectRequest.
+/// as one request frame's body, as a bare ConnectRequest and as a SASL
+/// DIGEST-MD5 response.
 pub fn zk_jute(data: &[u8]) {
     let mut tree = base_tree().clone();
     let mut watches = WatchRegistry::default();
@@ -84,6 +85,11 @@ pub fn zk_jute(data: &[u8]) {
     }
     let _ = zkproto::decode_connect(data);
     zk_request(data, &mut tree, &mut watches);
+    // The same bytes as a SASL DIGEST-MD5 response, after the challenge.
+    let users = crate::sasl::SaslUsers::new([("bob".to_string(), "secret".to_string())].into());
+    let mut sasl = crate::sasl::digest_md5::DigestMd5Server::zookeeper();
+    let _ = sasl.step(b"", &users);
+    let _ = sasl.step(data, &users);
 }
 
 /// The peer link: the first byte is the piece size, the rest a stream of
@@ -551,6 +557,7 @@ fn server_frames(tree: &DataTree) -> Vec<pb::ServerFrame> {
                 timeout_ms: 10_000,
                 zxid: tree.applied_index(),
                 server_id: 1,
+                read_only: false,
             })),
         },
         response(

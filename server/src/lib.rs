@@ -33,6 +33,7 @@ pub mod opmetrics;
 pub mod ops;
 pub mod outbound;
 pub mod raft;
+pub mod sasl;
 pub mod serve;
 pub mod session;
 pub mod tls;

@@ -211,6 +211,7 @@ pub async fn serve(
             next_conn.clone(),
             cfg.tls.as_ref().map(|t| t.clients.clone()),
             limiter.clone(),
+            cfg.zk_sasl.clone(),
         ));
     }
     if !stopping {

@@ -13,6 +13,11 @@
 //! [`Sessions`] is that whole liveness side, role included; [`handshake`]
 //! decides what a connect asks for (a new session, a resume, a refusal)
 //! from the replicated table.
+//!
+//! [`ReadOnlySessions`] are the other kind: ZooKeeper's read-only sessions
+//! (`--zk-read-only`), made by this server alone while it knows no
+//! leader, for clients that accept stale reads and no writes. They are
+//! never proposed, never replicated, and forgotten when a leader is back.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -187,12 +192,169 @@ pub fn handshake(
             timeout_ms: s.timeout_ms,
             zxid: applied,
             server_id: node_id,
+            read_only: false,
         }),
         _ => Handshake::Refuse {
             code: ErrorCode::SessionExpired,
             message: format!("session {id:#x} has expired or never existed"),
             limit: None,
         },
+    }
+}
+
+/// ZooKeeper's read-only sessions: while this server has no quorum, a
+/// client that connected with canBeReadOnly gets one, served reads from
+/// this server's tree and NotReadOnly for every write. A new one has an id
+/// this server makes (its id in the top byte, as for the replicated
+/// kind); a replicated session the client already holds may be resumed
+/// read-only too (ZooKeeper does both). Nothing here is ever proposed:
+/// the table lives on this server only, each session until its timeout
+/// passes unheard or a leader is back (then every read-only connection is
+/// closed, and its client reconnects for a read-write session).
+#[derive(Debug, Default)]
+pub struct ReadOnlySessions {
+    local: HashMap<u64, ReadOnlySession>,
+}
+
+#[derive(Debug, Clone)]
+struct ReadOnlySession {
+    password: Vec<u8>,
+    timeout: Duration,
+    heard: Instant,
+}
+
+impl ReadOnlySessions {
+    /// Decides a read-only connect: a new local session, the resume of a
+    /// local one, or of a replicated one (as read-only), or a refusal.
+    /// Answers carry `read_only`.
+    pub fn handshake(
+        &mut self,
+        tree: &DataTree,
+        node_id: u64,
+        bounds: SessionBounds,
+        c: &pb::ConnectRequest,
+        now: Instant,
+    ) -> Handshake {
+        let applied = tree.applied_index();
+        if c.last_zxid_seen > applied {
+            // Reads must never go back in time, read-only or not.
+            return Handshake::Refuse {
+                code: ErrorCode::ServerBehind,
+                message: format!(
+                    "this server has applied zxid {applied}, the client has seen {}",
+                    c.last_zxid_seen
+                ),
+                limit: None,
+            };
+        }
+        let answer = |session_id: u64, password: Vec<u8>, timeout_ms: u32| {
+            Handshake::Resume(pb::ConnectResponse {
+                error: ErrorCode::Ok as i32,
+                message: String::new(),
+                session_id,
+                password,
+                timeout_ms,
+                zxid: applied,
+                server_id: node_id,
+                read_only: true,
+            })
+        };
+        if c.session_id == 0 {
+            let live = tree.session_count() + self.local.len();
+            if live >= bounds.max_sessions {
+                return Handshake::Refuse {
+                    code: ErrorCode::LimitExceeded,
+                    message: limits::message(
+                        Limit::Sessions,
+                        bounds.max_sessions,
+                        format!("{live} sessions are open (read-only ones included), no new one is accepted"),
+                    ),
+                    limit: Some(Limit::Sessions),
+                };
+            }
+            let timeout_ms =
+                negotiate_timeout(c.timeout_ms, bounds.min_timeout_ms, bounds.max_timeout_ms);
+            let id = loop {
+                let id = new_session_id(node_id);
+                if tree.session(id).is_none() && !self.local.contains_key(&id) {
+                    break id;
+                }
+            };
+            let password = new_password();
+            self.local.insert(
+                id,
+                ReadOnlySession {
+                    password: password.clone(),
+                    timeout: Duration::from_millis(u64::from(timeout_ms)),
+                    heard: now,
+                },
+            );
+            return answer(id, password, timeout_ms);
+        }
+        match self.local.get_mut(&c.session_id) {
+            Some(s) if s.password == c.password => {
+                s.heard = now;
+                let timeout_ms = s.timeout.as_millis() as u32;
+                return answer(c.session_id, c.password.clone(), timeout_ms);
+            }
+            Some(_) => {}
+            None => match handshake(tree, node_id, bounds, c, 0) {
+                Handshake::Resume(r) => return answer(r.session_id, r.password, r.timeout_ms),
+                refused @ Handshake::Refuse { .. } => return refused,
+                Handshake::Create(_) => unreachable!("a resume never creates"),
+            },
+        }
+        Handshake::Refuse {
+            code: ErrorCode::SessionExpired,
+            message: format!("session {:#x} has expired or never existed", c.session_id),
+            limit: None,
+        }
+    }
+
+    /// Whether `id` is one of this server's read-only sessions.
+    pub fn is_local(&self, id: u64) -> bool {
+        self.local.contains_key(&id)
+    }
+
+    /// The session was heard from.
+    pub fn touch(&mut self, id: u64, now: Instant) {
+        if let Some(s) = self.local.get_mut(&id) {
+            s.heard = now;
+        }
+    }
+
+    /// The client closed its read-only session.
+    pub fn close(&mut self, id: u64) {
+        self.local.remove(&id);
+    }
+
+    /// Read-only sessions unheard for their timeout: forgotten, and
+    /// returned (sorted) so that their connections can be told.
+    pub fn take_expired(&mut self, now: Instant) -> Vec<u64> {
+        let mut out: Vec<u64> = self
+            .local
+            .iter()
+            .filter(|(_, s)| now.duration_since(s.heard) >= s.timeout)
+            .map(|(id, _)| *id)
+            .collect();
+        out.sort_unstable();
+        for id in &out {
+            self.local.remove(id);
+        }
+        out
+    }
+
+    /// A leader is back: every read-only session ends.
+    pub fn clear(&mut self) {
+        self.local.clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.local.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.local.is_empty()
     }
 }
 
@@ -395,6 +557,87 @@ mod tests {
         max_timeout_ms: 10_000,
         max_sessions: 2,
     };
+
+    #[test]
+    fn read_only_sessions_are_local_and_expire() {
+        let t0 = Instant::now();
+        let replicated = 0x0100_0000_0000_0042;
+        let tree = tree_with_session(replicated, b"pw");
+        let mut ro = ReadOnlySessions::default();
+        let new = pb::ConnectRequest {
+            timeout_ms: 3000,
+            ..Default::default()
+        };
+        let Handshake::Resume(r) = ro.handshake(&tree, 2, BOUNDS, &new, t0) else {
+            panic!("no read-only session");
+        };
+        assert!(r.read_only);
+        assert_eq!(r.session_id >> 56, 2, "an id of this server");
+        assert!(ro.is_local(r.session_id));
+        // Only in this server's table: the replicated one has 1 session.
+        assert_eq!(tree.session_count(), 1);
+        // The limit counts read-only sessions too (BOUNDS: 2 sessions).
+        assert!(matches!(
+            ro.handshake(&tree, 2, BOUNDS, &new, t0),
+            Handshake::Refuse {
+                code: ErrorCode::LimitExceeded,
+                ..
+            }
+        ));
+        // Its client resumes it, with the password only.
+        let again = pb::ConnectRequest {
+            session_id: r.session_id,
+            password: r.password.clone(),
+            ..Default::default()
+        };
+        assert!(matches!(
+            ro.handshake(&tree, 2, BOUNDS, &again, t0),
+            Handshake::Resume(pb::ConnectResponse {
+                read_only: true,
+                ..
+            })
+        ));
+        let wrong = pb::ConnectRequest {
+            password: b"nope".to_vec(),
+            ..again.clone()
+        };
+        assert!(matches!(
+            ro.handshake(&tree, 2, BOUNDS, &wrong, t0),
+            Handshake::Refuse {
+                code: ErrorCode::SessionExpired,
+                ..
+            }
+        ));
+        // A replicated session is resumed read-only.
+        let held = pb::ConnectRequest {
+            session_id: replicated,
+            password: b"pw".to_vec(),
+            ..Default::default()
+        };
+        match ro.handshake(&tree, 2, BOUNDS, &held, t0) {
+            Handshake::Resume(r) => {
+                assert!(r.read_only);
+                assert_eq!((r.session_id, r.timeout_ms), (replicated, 4000));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!ro.is_local(replicated));
+        // Unheard for its timeout, a local session is forgotten.
+        ro.touch(r.session_id, t0 + Duration::from_secs(2));
+        assert!(ro.take_expired(t0 + Duration::from_secs(4)).is_empty());
+        assert_eq!(
+            ro.take_expired(t0 + Duration::from_secs(5)),
+            vec![r.session_id]
+        );
+        assert!(ro.is_empty());
+        assert!(matches!(
+            ro.handshake(&tree, 2, BOUNDS, &again, t0),
+            Handshake::Refuse {
+                code: ErrorCode::SessionExpired,
+                ..
+            }
+        ));
+    }
 
     #[test]
     fn handshake_creates_resumes_and_refuses() {

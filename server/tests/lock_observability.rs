@@ -20,9 +20,6 @@ use warden_client::{Client, ConnectOptions};
 use warden_recipes::{LeaseLock, Mutex};
 use warden_testkit::{wait_until, Cluster};
 
-/// Pinned as in zk_kazoo.rs (the same venv).
-const KAZOO: &str = "kazoo==2.11.0";
-const PYTEST: &str = "pytest==9.2.0";
 /// Longest wait for anything that must happen.
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -82,7 +79,7 @@ struct Kazoo {
 
 impl Kazoo {
     fn start(hosts: &str, path: &str) -> Kazoo {
-        let venv = warden_testkit::python::venv("zk-venv", &[KAZOO, PYTEST]);
+        let venv = warden_testkit::python::zk_venv();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/zk/lock_hold.py");
         let mut child = Command::new(venv.join("bin/python"))
             .arg(script)

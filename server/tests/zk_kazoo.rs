@@ -16,17 +16,14 @@ use std::process::{Command, Stdio};
 
 use warden_testkit::{Cluster, Server};
 
-/// Pinned versions of the third-party client and the runner.
-const KAZOO: &str = "kazoo==2.11.0";
-const PYTEST: &str = "pytest==9.2.0";
-
 fn zk_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/zk")
 }
 
-/// `target/zk-venv`, created once.
+/// `target/zk-venv`, created once (the pinned packages are
+/// `warden_testkit::python::ZK_PACKAGES`).
 fn venv() -> PathBuf {
-    warden_testkit::python::venv("zk-venv", &[KAZOO, PYTEST])
+    warden_testkit::python::zk_venv()
 }
 
 #[test]

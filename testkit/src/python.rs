@@ -65,3 +65,13 @@ pub fn venv(name: &str, packages: &[&str]) -> PathBuf {
     let _ = std::fs::remove_dir(&lock);
     venv
 }
+
+/// The packages of `target/zk-venv`, the venv of every test that drives
+/// the ZooKeeper port with kazoo (one list, so the tests share one venv):
+/// kazoo, pytest, and pure-sasl (kazoo's SASL, for DIGEST-MD5).
+pub const ZK_PACKAGES: &[&str] = &["kazoo==2.11.0", "pytest==9.2.0", "pure-sasl==0.6.2"];
+
+/// `target/zk-venv` with [`ZK_PACKAGES`], made once.
+pub fn zk_venv() -> PathBuf {
+    venv("zk-venv", ZK_PACKAGES)
+}

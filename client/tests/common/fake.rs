@@ -370,6 +370,7 @@ impl State {
             timeout_ms: self.timeout_ms,
             zxid: self.zxid,
             server_id: 1,
+            read_only: false,
         }
     }
 

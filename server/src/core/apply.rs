@@ -155,6 +155,7 @@ impl ReadyHandler for Machine {
                             timeout_ms,
                             zxid,
                             server_id: self.node_id,
+                            read_only: false,
                         },
                     );
                 }
@@ -225,6 +226,7 @@ impl ReadyHandler for Machine {
                             timeout_ms,
                             zxid: self.tree.applied_index(),
                             server_id: self.node_id,
+                            read_only: false,
                         },
                     );
                 }
@@ -306,5 +308,6 @@ impl ReadyHandler for Machine {
         } else if self.role != StateRole::Leader {
             self.sessions.demote();
         }
+        self.read_only_role_changed(Instant::now());
     }
 }

@@ -73,6 +73,11 @@ pub(super) struct Conn {
     out: OutboundTx,
     closed: CancellationToken,
     pub session: Option<u64>,
+    /// Its session is read-only (ZooKeeper's read-only mode): writes are
+    /// refused, never proposed.
+    pub read_only: bool,
+    /// Its client accepts a read-only session (ZooKeeper's canBeReadOnly).
+    pub can_be_read_only: bool,
     /// Who the connection is (ip, x509, and what auth requests added);
     /// checked against ACLs by every request.
     pub ids: Arc<Vec<AuthId>>,
@@ -146,6 +151,8 @@ impl Clients {
                 out,
                 closed,
                 session: None,
+                read_only: false,
+                can_be_read_only: false,
                 ids: Arc::new(ids),
                 queue: VecDeque::new(),
                 timing: VecDeque::new(),
@@ -265,6 +272,39 @@ impl Clients {
             c.session = Some(session);
         }
         true
+    }
+
+    /// The client of `conn` accepts a read-only session.
+    pub fn accepts_read_only(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.can_be_read_only = true;
+        }
+    }
+
+    /// [`Self::bind_session`], read-only: the connection may never write.
+    pub fn bind_read_only(&mut self, conn: ConnId, session: u64) -> bool {
+        if !self.bind_session(conn, session) {
+            return false;
+        }
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.read_only = true;
+        }
+        true
+    }
+
+    /// Drops every connection `pick` chooses (their sessions live on);
+    /// how many.
+    pub fn drop_where(&mut self, pick: impl Fn(&Conn) -> bool, why: &str) -> usize {
+        let picked: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| pick(c))
+            .map(|(id, _)| *id)
+            .collect();
+        for &conn in &picked {
+            self.drop_conn(conn, why);
+        }
+        picked.len()
     }
 
     /// Queues `slot` behind the connection's earlier requests.

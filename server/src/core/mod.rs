@@ -25,6 +25,8 @@
 //!   means for this server's clients;
 //! - [`status`]: this server's and its group's status;
 //! - [`admin`]: the figures of ZooKeeper's four-letter words;
+//! - [`read_only`]: ZooKeeper's read-only mode (`--zk-read-only`) while
+//!   there is no quorum;
 //! - sessions' liveness is [`crate::session`]'s, who hears a watch event
 //!   [`crate::watch`]'s, and every change to replicated state
 //!   [`DataTree::apply`]'s.
@@ -36,6 +38,7 @@ mod forwards;
 mod frames;
 mod proposals;
 mod reconfig;
+pub(crate) mod read_only;
 mod requests;
 pub(crate) mod snapshots;
 mod status;
@@ -107,6 +110,10 @@ pub struct ServerStats {
     pub ephemerals: usize,
     /// Live sessions in the replicated session table.
     pub sessions: usize,
+    /// In ZooKeeper's read-only mode (`--zk-read-only`, no quorum).
+    pub read_only: bool,
+    /// Read-only sessions this server made (ZooKeeper's local sessions).
+    pub read_only_sessions: usize,
     /// New leaders this server has seen since it started.
     pub leader_changes: u64,
     /// Proposals this server handed to raft.
@@ -141,9 +148,21 @@ pub enum CoreMsg {
         /// The subject of the client's verified TLS certificate (RFC 4514,
         /// e.g. `CN=alice,O=acme`); `None` without TLS or a certificate.
         tls_subject: Option<String>,
+        /// The client accepts a read-only session (ZooKeeper's
+        /// canBeReadOnly; see [`read_only`]).
+        can_be_read_only: bool,
     },
     /// A request on an open connection.
     Request { conn: ConnId, request: pb::Request },
+    /// The ZooKeeper door completed a SASL exchange on `conn` as request
+    /// `xid`: the connection gets `user`'s identities (its password
+    /// digests to `hash`), answered in its turn.
+    SaslAuthenticated {
+        conn: ConnId,
+        xid: u64,
+        user: String,
+        hash: String,
+    },
     /// The connection is gone.
     Closed { conn: ConnId },
     /// Operator figures.
@@ -252,6 +271,8 @@ struct Machine {
     /// A reconfig's next change is due: propose it without waiting for
     /// the tick.
     conf_change_due: bool,
+    /// ZooKeeper's read-only mode: its state and sessions.
+    read_only: read_only::ReadOnlyMode,
 }
 
 pub struct Core {
@@ -360,6 +381,7 @@ impl Core {
                 leader_floor: 0,
                 reconfigs_done: Vec::new(),
                 conf_change_due: false,
+                read_only: read_only::ReadOnlyMode::new(Instant::now()),
             },
             last_snapshot_index: applied,
             snapshots: Default::default(),
@@ -543,6 +565,7 @@ impl Core {
         self.m.clients.retry_paused(&self.m.tree);
         self.compaction_due = true;
         self.expire_waiters(Instant::now());
+        self.m.read_only_tick(Instant::now());
         if self.ticks.is_multiple_of(STATUS_TICKS) {
             self.broadcast_status();
         }

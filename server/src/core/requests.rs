@@ -32,6 +32,7 @@ impl Core {
                 closed,
                 connect,
                 tls_subject,
+                can_be_read_only,
             } => {
                 if let Some(subject) = &tls_subject {
                     debug!(conn, %subject, "client certificate verified");
@@ -40,7 +41,14 @@ impl Core {
                 // task handles them, in order).
                 let ids = crate::auth::connection_ids(peer, tls_subject.as_deref());
                 self.m.clients.open(conn, peer, door, out, closed, ids);
-                self.open_session(conn, peer, &connect);
+                if can_be_read_only {
+                    self.m.clients.accepts_read_only(conn);
+                }
+                if can_be_read_only && self.m.read_only.active() {
+                    self.open_read_only(conn, peer, &connect);
+                } else {
+                    self.open_session(conn, peer, &connect);
+                }
             }
             CoreMsg::Stats { reply } => {
                 let _ = reply.send(self.stats());
@@ -68,6 +76,12 @@ impl Core {
                 let _ = reply.send(self.m.locks.list(&self.m.tree, &query));
             }
             CoreMsg::Request { conn, request } => self.request(conn, request),
+            CoreMsg::SaslAuthenticated {
+                conn,
+                xid,
+                user,
+                hash,
+            } => self.sasl_authenticated(conn, xid, &user, &hash),
             CoreMsg::Closed { conn } => self.m.clients.drop_conn(conn, "connection closed"),
         }
     }
@@ -120,7 +134,7 @@ impl Core {
         }
     }
 
-    fn refuse_connect(&mut self, conn: ConnId, code: ErrorCode, message: String) {
+    pub(super) fn refuse_connect(&mut self, conn: ConnId, code: ErrorCode, message: String) {
         let zxid = self.m.tree.applied_index();
         self.m
             .clients
@@ -128,7 +142,7 @@ impl Core {
     }
 
     /// Queues `slot` for `conn` and sends what is ready.
-    fn answer(&mut self, conn: ConnId, slot: Slot, op: &'static str) {
+    pub(super) fn answer(&mut self, conn: ConnId, slot: Slot, op: &'static str) {
         self.m.clients.enqueue(conn, slot, op);
         self.m.clients.flush(conn, &self.m.tree);
     }
@@ -140,6 +154,7 @@ impl Core {
             return;
         };
         let door = c.door;
+        let read_only = c.read_only;
         let ids = c.ids.clone();
         let zxid = self.m.tree.applied_index();
         let Some(session_id) = c.session else {
@@ -162,7 +177,11 @@ impl Core {
             self.answer(conn, Slot::Done(frames::error(xid, zxid, f)), "throttled");
             return;
         }
-        self.m.sessions.touch(session_id, Instant::now());
+        if read_only {
+            self.m.read_only.touch(session_id, Instant::now());
+        } else {
+            self.m.sessions.touch(session_id, Instant::now());
+        }
         let Some(op) = request.op else {
             let f = Failure::new(ErrorCode::BadArguments, "request has no operation");
             self.answer(conn, Slot::Done(frames::error(xid, zxid, f)), "invalid");
@@ -174,7 +193,11 @@ impl Core {
             self.answer(conn, slot, op_name);
             return;
         }
-        let slot = match ops::plan(op, session_id, &ids) {
+        let plan = ops::plan(op, session_id, &ids);
+        if read_only && self.read_only_request(conn, xid, session_id, &plan, op_name) {
+            return;
+        }
+        let slot = match plan {
             Plan::Reject(f) => Slot::Done(frames::error(xid, zxid, f)),
             Plan::Ping => Slot::Ping { xid },
             Plan::ClusterStatus { watch_config } => {
@@ -309,6 +332,35 @@ impl Core {
                 Slot::Done(frames::error(xid, zxid, f))
             }
         }
+    }
+
+    /// A SASL exchange the ZooKeeper door completed: the connection gets
+    /// the user's identities, in order with its other requests. Refused
+    /// (AuthFailed) only when the connection holds too many identities.
+    fn sasl_authenticated(&mut self, conn: ConnId, xid: u64, user: &str, hash: &str) {
+        self.m.clients.received(conn, xid);
+        let zxid = self.m.tree.applied_index();
+        let Some(c) = self.m.clients.get(conn) else {
+            return;
+        };
+        let peer = c.peer;
+        let mut ids = c.ids.as_ref().clone();
+        let slot = match crate::auth::add_ids(&mut ids, self.m.cfg.auth.sasl_ids(user, hash)) {
+            Ok(()) => {
+                info!(conn, %peer, user = %user.escape_debug(), "SASL DIGEST-MD5 authenticated");
+                self.m.clients.set_ids(conn, ids);
+                Slot::Done(frames::response(xid, zxid, Ok(None)))
+            }
+            Err(why) => {
+                info!(conn, %peer, %why, "SASL identities refused");
+                Slot::Done(frames::error(
+                    xid,
+                    zxid,
+                    Failure::new(ErrorCode::AuthFailed, why),
+                ))
+            }
+        };
+        self.answer(conn, slot, "auth");
     }
 
     fn conf_change_slot(

@@ -69,6 +69,8 @@ impl Core {
                 .map(|(id, _)| self.m.tree.ephemerals(id).len())
                 .sum(),
             sessions: self.m.tree.sessions().count(),
+            read_only: self.m.read_only.active(),
+            read_only_sessions: self.m.read_only.sessions(),
             leader_changes: self.m.leader_changes,
             proposals: self.m.proposals.proposed(),
             io: self.raft.io_counters(),

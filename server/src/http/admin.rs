@@ -48,7 +48,7 @@ pub(crate) async fn command(State(http): State<Arc<Http>>, Path(name): Path<Stri
             Some("the server is shutting down".into()),
         );
     };
-    if !word.always_answered() && !fourletter::serving(&r) {
+    if !word.always_answered() && !fourletter::answering(&r) {
         return answer(
             StatusCode::SERVICE_UNAVAILABLE,
             cmd,
@@ -130,7 +130,7 @@ fn fields(word: Word, r: &AdminReport, host: &Host) -> Map<String, Value> {
         Word::Srvr | Word::Stat => {
             let mut v = json!({
                 "version": FULL_VERSION,
-                "read_only": false,
+                "read_only": s.read_only,
                 "server_stats": server_stats(r, host),
                 "node_count": s.nodes,
             });
@@ -233,7 +233,7 @@ fn fields(word: Word, r: &AdminReport, host: &Host) -> Map<String, Value> {
                 "session_id_to_timeout_ms": timeouts,
             })
         }
-        Word::Isro => json!({ "read_only": false }),
+        Word::Isro => json!({ "read_only": s.read_only }),
         Word::Hash => json!({
             "digests": r.digest.iter().map(|d| json!({
                 "zxid": d.zxid,

@@ -41,9 +41,10 @@ pub(super) fn plan_set(r: pb::SetAclRequest, ids: &[AuthId]) -> Result<Txn, Fail
 /// Checks an ACL a request wants to store and returns what is stored:
 /// ZooKeeper's `fixupACL`. Every entry must name a known scheme with a
 /// well-formed id (`world:anyone`, `digest:user:hash`, `ip:addr[/bits]`,
-/// `x509:subject`) and permissions within cdrwa; an `auth` entry stands
-/// for every authenticated identity of the requester (digest and x509,
-/// not ip) with its permissions, and is InvalidAcl when it has none.
+/// `x509:subject`, `sasl:user`) and permissions within cdrwa; an `auth`
+/// entry stands for every authenticated identity of the requester (digest,
+/// x509 and sasl, not ip) with its permissions, and is InvalidAcl when it
+/// has none.
 pub(super) fn prepare(acl: &[pb::Acl], p: &str, ids: &[AuthId]) -> Result<Vec<pb::Acl>, Failure> {
     if acl.len() > ACL_ENTRIES_MAX {
         return Err(Failure::new(
@@ -76,15 +77,15 @@ pub(super) fn prepare(acl: &[pb::Acl], p: &str, ids: &[AuthId]) -> Result<Vec<pb
             "world" => a.id == "anyone",
             "digest" => check_digest_id(&a.id).is_ok(),
             "ip" => parse_ip_expr(&a.id).is_some(),
-            "x509" => !a.id.is_empty(),
+            "x509" | "sasl" => !a.id.is_empty(),
             "auth" => {
                 let mine: Vec<&AuthId> = ids
                     .iter()
-                    .filter(|i| i.scheme == "digest" || i.scheme == "x509")
+                    .filter(|i| matches!(i.scheme.as_str(), "digest" | "x509" | "sasl"))
                     .collect();
                 if mine.is_empty() {
                     return Err(invalid(
-                        "the auth scheme needs an authenticated connection (digest or x509)",
+                        "the auth scheme needs an authenticated connection (digest, x509 or sasl)",
                     ));
                 }
                 for i in mine {
@@ -101,7 +102,7 @@ pub(super) fn prepare(acl: &[pb::Acl], p: &str, ids: &[AuthId]) -> Result<Vec<pb
             }
             _ => {
                 return Err(invalid(
-                    "unknown scheme (known: world, auth, digest, ip, x509)",
+                    "unknown scheme (known: world, auth, digest, ip, x509, sasl)",
                 ))
             }
         };
@@ -110,6 +111,7 @@ pub(super) fn prepare(acl: &[pb::Acl], p: &str, ids: &[AuthId]) -> Result<Vec<pb
                 "world" => "the world scheme's only id is anyone",
                 "digest" => "a digest id is user:BASE64HASH",
                 "ip" => "an ip id is an address or address/bits",
+                "sasl" => "a sasl id is a user name (not empty)",
                 _ => "an x509 id is a certificate subject (not empty)",
             }));
         }
@@ -220,6 +222,7 @@ mod tests {
             acl("ip", "10.0.0.0/8", perms::READ),
             acl("ip", "::1", perms::READ),
             acl("x509", "CN=alice,O=acme", perms::WRITE),
+            acl("sasl", "bob", perms::READ),
         ];
         assert_eq!(prepare(&ok, "/a", &[]).unwrap(), ok.to_vec());
         for bad in [
@@ -229,7 +232,8 @@ mod tests {
             acl("ip", "10.0.0.0/33", perms::READ),
             acl("ip", "host.example", perms::READ),
             acl("x509", "", perms::READ),
-            acl("sasl", "bob", perms::READ),
+            acl("sasl", "", perms::READ),
+            acl("kerberos", "bob", perms::READ),
             acl("", "", perms::READ),
             acl("world", "anyone", 1 << 7),
         ] {

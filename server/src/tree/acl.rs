@@ -20,8 +20,8 @@ pub const SUPER_SCHEME: &str = "super";
 ///
 /// ZooKeeper's rules: an empty ACL grants everything; the super user
 /// passes; otherwise some entry granting one of `perm` must be
-/// `world:anyone`, or match one of `ids` in its scheme (digest and x509:
-/// the same id; ip: the address within the entry's address or CIDR
+/// `world:anyone`, or match one of `ids` in its scheme (digest, x509 and
+/// sasl: the same id; ip: the address within the entry's address or CIDR
 /// range). An `auth` entry never matches: it is replaced by the creator's
 /// identities before it is stored.
 pub fn allowed(acl: &[Acl], ids: &[AuthId], perm: u32) -> bool {
@@ -32,7 +32,7 @@ pub fn allowed(acl: &[Acl], ids: &[AuthId], perm: u32) -> bool {
         .filter(|a| a.perms & perm != 0)
         .any(|a| match a.scheme.as_str() {
             "world" => a.id == "anyone",
-            "digest" | "x509" => ids.iter().any(|i| i.scheme == a.scheme && i.id == a.id),
+            "digest" | "x509" | "sasl" => ids.iter().any(|i| i.scheme == a.scheme && i.id == a.id),
             "ip" => ids
                 .iter()
                 .any(|i| i.scheme == "ip" && ip_matches(&i.id, &a.id)),

@@ -16,6 +16,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -31,10 +32,12 @@ use warden_protocol::FRAME_BYTES_MAX;
 use super::frames::BoundedFrames;
 use super::jute::{Reader, Writer};
 use super::proto::{self, opcode, Reply};
+use super::sasl::{self, Sasl};
 use crate::conn::FLUSH_TIMEOUT;
 use crate::core::{CoreMsg, Door, OUTBOUND_FRAMES_MAX};
 use crate::limits::{Limit, Limiter};
 use crate::outbound;
+use crate::sasl::SaslUsers;
 use crate::tls::Stream;
 use crate::watch::ConnId;
 
@@ -51,12 +54,37 @@ pub(crate) fn codec() -> LengthDelimitedCodec {
 enum Pending {
     /// Forwarded to the core: encode its response for this opcode.
     Core { xid: i32, reply: Reply },
-    /// Answered by the door itself (unsupported, malformed): the error code.
-    Local { xid: i32, err: i32 },
+    /// Answered by the door itself (unsupported, malformed, a SASL
+    /// challenge): the error code, the reply's body, and whether the
+    /// connection closes once it is sent.
+    Local {
+        xid: i32,
+        err: i32,
+        body: Option<BytesMut>,
+        close: bool,
+    },
+    /// A SASL exchange the core is adding the identities of: once it
+    /// confirms, the client gets `token` (or AuthFailed, and the
+    /// connection closes).
+    Sasl { xid: i32, token: Vec<u8> },
+}
+
+impl Pending {
+    /// An error answered by the door itself.
+    fn error(xid: i32, code: ErrorCode) -> Self {
+        Pending::Local {
+            xid,
+            err: proto::zk_code(code),
+            body: None,
+            close: false,
+        }
+    }
 }
 
 /// Serves one ZooKeeper client on `stream` (TLS or not); `tls_subject` is
-/// the subject of its verified certificate, if it presented one.
+/// the subject of its verified certificate, if it presented one;
+/// `sasl_users` the SASL users (`--zk-sasl-jaas`), if any.
+#[allow(clippy::too_many_arguments)]
 pub async fn serve(
     stream: Stream,
     peer: SocketAddr,
@@ -65,13 +93,16 @@ pub async fn serve(
     first4: [u8; 4],
     tls_subject: Option<String>,
     limiter: Limiter,
+    sasl_users: Option<Arc<SaslUsers>>,
 ) {
     let span = tracing::debug_span!("zk_conn", conn, %peer);
-    run(stream, peer, conn, core, first4, tls_subject, limiter)
+    let sasl = Sasl::new(sasl_users);
+    run(stream, peer, conn, core, first4, tls_subject, limiter, sasl)
         .instrument(span)
         .await
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run(
     stream: Stream,
     peer: SocketAddr,
@@ -80,6 +111,7 @@ async fn run(
     first4: [u8; 4],
     tls_subject: Option<String>,
     limiter: Limiter,
+    mut sasl: Sasl,
 ) {
     let _ = stream.set_nodelay(true);
     let (rd, wr) = stream.into_split();
@@ -103,7 +135,7 @@ async fn run(
     let mut writer = FramedWrite::new(wr, codec());
 
     let first = tokio::time::timeout(HANDSHAKE_TIMEOUT, reader.next()).await;
-    let connect = match first {
+    let (connect, can_be_read_only) = match first {
         Ok(Some(Ok(body))) => match proto::decode_connect(&body) {
             Ok(c) => c,
             Err(e) => {
@@ -129,6 +161,7 @@ async fn run(
             closed: closed.clone(),
             connect,
             tls_subject,
+            can_be_read_only,
         })
         .await
         .is_err()
@@ -198,7 +231,7 @@ async fn run(
                     }
                     None => break,
                 };
-                match on_request(&body, conn, &core, &mut pending).await {
+                match on_request(&body, conn, peer, &core, &mut pending, &mut sasl).await {
                     Ok(()) => {}
                     Err(()) => break,
                 }
@@ -233,8 +266,10 @@ fn frame_refused(e: &std::io::Error, limiter: &Limiter, peer: SocketAddr) {
 async fn on_request(
     body: &[u8],
     conn: ConnId,
+    peer: SocketAddr,
     core: &mpsc::Sender<CoreMsg>,
     pending: &mut VecDeque<Pending>,
+    sasl: &mut Sasl,
 ) -> Result<(), ()> {
     let mut r = Reader::new(body);
     let (Ok(xid), Ok(op)) = (r.int("xid"), r.int("type")) else {
@@ -242,6 +277,35 @@ async fn on_request(
         return Err(());
     };
     let rest = &body[body.len() - r.remaining()..];
+    if op == opcode::SASL {
+        match sasl.on_request(rest, peer) {
+            sasl::Outcome::Continue(token) => pending.push_back(Pending::Local {
+                xid,
+                err: 0,
+                body: Some(sasl::response_body(Some(&token)).buf),
+                close: false,
+            }),
+            sasl::Outcome::Authenticated { user, hash, token } => {
+                pending.push_back(Pending::Sasl { xid, token });
+                let msg = CoreMsg::SaslAuthenticated {
+                    conn,
+                    xid: xid as u32 as u64,
+                    user,
+                    hash,
+                };
+                return core.send(msg).await.map_err(|_| ());
+            }
+            // As ZooKeeper: AuthFailed, a null token, and the connection
+            // closed.
+            sasl::Outcome::Failed => pending.push_back(Pending::Local {
+                xid,
+                err: proto::zk_code(ErrorCode::AuthFailed),
+                body: Some(sasl::response_body(None).buf),
+                close: true,
+            }),
+        }
+        return Ok(());
+    }
     match proto::decode_request(op, rest) {
         Ok((request_op, reply)) => {
             pending.push_back(Pending::Core { xid, reply });
@@ -255,41 +319,44 @@ async fn on_request(
         }
         Err(proto::DecodeError::Unsupported(op)) => {
             debug!(op, "unsupported opcode");
-            pending.push_back(Pending::Local {
-                xid,
-                err: proto::zk_code(ErrorCode::Unimplemented),
-            });
+            pending.push_back(Pending::error(xid, ErrorCode::Unimplemented));
             Ok(())
         }
         Err(proto::DecodeError::Refused(code, why)) => {
             debug!(op, %why, "refused");
-            pending.push_back(Pending::Local {
-                xid,
-                err: proto::zk_code(code),
-            });
+            pending.push_back(Pending::error(xid, code));
             Ok(())
         }
         Err(e) => {
             debug!(op, error = %e, "malformed request");
-            pending.push_back(Pending::Local {
-                xid,
-                err: proto::zk_code(ErrorCode::MarshallingError),
-            });
+            pending.push_back(Pending::error(xid, ErrorCode::MarshallingError));
             Ok(())
         }
     }
 }
 
-/// Writes local answers that have reached the head of the queue.
+/// Writes local answers that have reached the head of the queue. False:
+/// the connection is to close (a write failed, or the answer said so).
 async fn flush_local(
     writer: &mut FramedWrite<WriteHalf<Stream>, LengthDelimitedCodec>,
     pending: &mut VecDeque<Pending>,
 ) -> bool {
-    while let Some(Pending::Local { xid, err }) = pending.front() {
+    while let Some(Pending::Local { .. }) = pending.front() {
+        let Some(Pending::Local {
+            xid,
+            err,
+            body,
+            close,
+        }) = pending.pop_front()
+        else {
+            unreachable!("front checked above");
+        };
         let mut w = Writer::default();
-        w.int(*xid).long(0).int(*err);
-        pending.pop_front();
-        if writer.send(w.buf.freeze()).await.is_err() {
+        w.int(xid).long(0).int(err);
+        if let Some(body) = body {
+            w.buf.extend_from_slice(&body);
+        }
+        if writer.send(w.buf.freeze()).await.is_err() || close {
             return false;
         }
     }
@@ -308,9 +375,27 @@ async fn write_frame(
             proto::encode_connect(&c).buf
         }
         Some(Push::Response(resp)) => {
-            let Some(Pending::Core { xid, reply }) = pending.pop_front() else {
+            let (xid, reply) = match pending.pop_front() {
+                Some(Pending::Core { xid, reply }) => (xid, reply),
+                Some(Pending::Sasl { xid, token }) => {
+                    // SASL answers carry zxid 0, as ZooKeeper's do.
+                    let ok = resp.error == ErrorCode::Ok as i32;
+                    let mut w = Writer::default();
+                    if ok {
+                        w.int(xid).long(0).int(0);
+                        w.buf
+                            .extend_from_slice(&sasl::response_body(Some(&token)).buf);
+                    } else {
+                        debug!(message = %resp.message, "SASL identities refused; closing the connection");
+                        w.int(xid)
+                            .long(0)
+                            .int(proto::zk_code(ErrorCode::AuthFailed));
+                        w.buf.extend_from_slice(&sasl::response_body(None).buf);
+                    }
+                    return writer.send(w.buf.freeze()).await.is_ok() && ok;
+                }
                 // An answer to nothing we sent (a protocol error with xid 0).
-                return false;
+                _ => return false,
             };
             let (err, body) = proto::encode_response(&reply, &resp);
             let mut w = Writer::default();

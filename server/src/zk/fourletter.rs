@@ -117,10 +117,12 @@ impl Word {
     }
 }
 
-/// ZooKeeper's server state: `standalone`, `leader`, `follower`, or
-/// `observer` for a Raft learner.
+/// ZooKeeper's server state: `standalone`, `leader`, `follower`,
+/// `observer` for a Raft learner, or `read-only` in read-only mode.
 pub fn mode(r: &AdminReport) -> &'static str {
-    if r.stats.members == 1 {
+    if r.stats.read_only {
+        "read-only"
+    } else if r.stats.members == 1 {
         "standalone"
     } else if r.stats.status.role == "leader" {
         "leader"
@@ -135,6 +137,25 @@ pub fn mode(r: &AdminReport) -> &'static str {
 /// campaigning.
 pub fn serving(r: &AdminReport) -> bool {
     r.stats.status.leader_id != 0 && r.stats.status.role != "candidate"
+}
+
+/// Whether the server answers the words that need a running server: it
+/// serves, or serves reads in read-only mode (as ZooKeeper's read-only
+/// server does).
+pub fn answering(r: &AdminReport) -> bool {
+    serving(r) || r.stats.read_only
+}
+
+/// `isro`: `ro` in read-only mode, `rw` while serving, `null` otherwise
+/// (ZooKeeper's answer when no server runs).
+pub fn isro(r: &AdminReport) -> &'static str {
+    if r.stats.read_only {
+        "ro"
+    } else if serving(r) {
+        "rw"
+    } else {
+        "null"
+    }
 }
 
 /// A double as Java prints ZooKeeper's: rounded to 4 places, `0.0` not `0`.
@@ -313,7 +334,7 @@ pub fn monitor(r: &AdminReport, host: &Host, asker: bool) -> Vec<(&'static str, 
         ("ephemerals_count", s.ephemerals.to_string()),
         ("approximate_data_size", r.data_bytes.to_string()),
         ("global_sessions", s.sessions.to_string()),
-        ("local_sessions", "0".to_string()),
+        ("local_sessions", s.read_only_sessions.to_string()),
         ("open_file_descriptor_count", host.open_fds.to_string()),
         ("max_file_descriptor_count", host.max_fds.to_string()),
         (
@@ -352,13 +373,13 @@ pub fn render(
     asker: Option<&std::net::SocketAddr>,
 ) -> String {
     let s = &r.stats;
-    if !word.always_answered() && !serving(r) {
+    if !word.always_answered() && !answering(r) {
         return format!("{NOT_SERVING}\n");
     }
     let mut out = String::new();
     match word {
         Word::Ruok => out.push_str("imok"),
-        Word::Isro => out.push_str(if serving(r) { "rw" } else { "null" }),
+        Word::Isro => out.push_str(isro(r)),
         Word::Srvr | Word::Stat => {
             let _ = writeln!(out, "Zookeeper version: {FULL_VERSION}");
             if word == Word::Stat {

@@ -9,6 +9,8 @@
 //! own subtree (`/zookeeper`), [`reconfig`] reads a reconfig's server
 //! lines.
 //!
+//! [`sasl`] runs SASL DIGEST-MD5 exchanges (`--zk-sasl-jaas`).
+//!
 //! A connection whose first four bytes spell a four-letter word (`ruok`,
 //! `srvr`, `mntr`, ...) gets the operator's answer instead
 //! ([`fourletter`]).
@@ -20,6 +22,7 @@ pub mod jute;
 pub mod proto;
 pub mod reconfig;
 pub mod reserved;
+pub mod sasl;
 
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
@@ -44,6 +47,7 @@ pub async fn listen(
     next_conn: std::sync::Arc<std::sync::atomic::AtomicU64>,
     tls: Option<TlsAcceptor>,
     limiter: Limiter,
+    sasl_users: Option<std::sync::Arc<crate::sasl::SaslUsers>>,
 ) {
     loop {
         let accepted = tokio::select! {
@@ -61,6 +65,7 @@ pub async fn listen(
         let core = core.clone();
         let tls = tls.clone();
         let limiter = limiter.clone();
+        let sasl_users = sasl_users.clone();
         tokio::spawn(async move {
             // Counted with the native door's connections. Over the limit,
             // the connection is closed at once, as ZooKeeper does (its
@@ -89,7 +94,17 @@ pub async fn listen(
             if let Some(word) = fourletter::Word::parse(&first4) {
                 fourletter::answer(stream, word, core, peer).await;
             } else {
-                conn::serve(stream, peer, conn, core, first4, tls_subject, limiter).await;
+                conn::serve(
+                    stream,
+                    peer,
+                    conn,
+                    core,
+                    first4,
+                    tls_subject,
+                    limiter,
+                    sasl_users,
+                )
+                .await;
             }
         });
     }

@@ -34,6 +34,8 @@ pub mod opcode {
     pub const CREATE_CONTAINER: i32 = 19;
     pub const CREATE_TTL: i32 = 21;
     pub const AUTH: i32 = 100;
+    /// A SASL token ([`crate::zk::sasl`]).
+    pub const SASL: i32 = 102;
     pub const SET_WATCHES: i32 = 101;
     pub const SET_WATCHES2: i32 = 105;
     pub const ADD_WATCH: i32 = 106;
@@ -78,6 +80,7 @@ pub fn zk_code(code: ErrorCode) -> i32 {
         // ZooKeeper's QuotaExceeded: "a configured limit was exceeded",
         // which kazoo and the Java client both know.
         ErrorCode::LimitExceeded => -125,
+        ErrorCode::NotReadOnly => -119,
     }
 }
 
@@ -116,8 +119,9 @@ pub enum DecodeError {
     Refused(ErrorCode, String),
 }
 
-/// ZooKeeper's ConnectRequest.
-pub fn decode_connect(body: &[u8]) -> Result<pb::ConnectRequest, DecodeError> {
+/// ZooKeeper's ConnectRequest, and its readOnly flag (the client accepts
+/// a read-only session: canBeReadOnly).
+pub fn decode_connect(body: &[u8]) -> Result<(pb::ConnectRequest, bool), DecodeError> {
     let mut r = Reader::new(body);
     let _protocol_version = r.int("protocolVersion")?;
     let last_zxid_seen = r.long("lastZxidSeen")?;
@@ -125,20 +129,20 @@ pub fn decode_connect(body: &[u8]) -> Result<pb::ConnectRequest, DecodeError> {
     let session_id = r.long("sessionId")?;
     let password = r.buffer("passwd")?;
     // Newer clients append a read-only flag; older ones do not.
-    if r.remaining() > 0 {
-        let _read_only = r.boolean("readOnly")?;
-    }
-    Ok(pb::ConnectRequest {
+    let read_only = r.remaining() > 0 && r.boolean("readOnly")?;
+    let request = pb::ConnectRequest {
         protocol_version: warden_protocol::PROTOCOL_VERSION,
         session_id: session_id as u64,
         password,
         timeout_ms: timeout_ms.max(0) as u32,
         last_zxid_seen: last_zxid_seen.max(0) as u64,
-    })
+    };
+    Ok((request, read_only))
 }
 
-/// ZooKeeper's ConnectResponse. A refused session is answered the way
-/// ZooKeeper does it: timeout 0, session 0, which clients read as expired.
+/// ZooKeeper's ConnectResponse (readOnly for a read-only session). A
+/// refused session is answered the way ZooKeeper does it: timeout 0,
+/// session 0, which clients read as expired.
 pub fn encode_connect(resp: &pb::ConnectResponse) -> Writer {
     let mut w = Writer::default();
     let ok = resp.error == ErrorCode::Ok as i32;
@@ -146,7 +150,7 @@ pub fn encode_connect(resp: &pb::ConnectResponse) -> Writer {
         .int(if ok { resp.timeout_ms as i32 } else { 0 })
         .long(if ok { resp.session_id as i64 } else { 0 })
         .buffer(if ok { &resp.password } else { &[0u8; 16] })
-        .boolean(false);
+        .boolean(ok && resp.read_only);
     w
 }
 

@@ -20,7 +20,7 @@ fi
 venv="$top/target/zk-venv"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet kazoo==2.11.0 pytest==9.2.0
+  "$venv/bin/pip" install --quiet kazoo==2.11.0 pytest==9.2.0 pure-sasl==0.6.2
 fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

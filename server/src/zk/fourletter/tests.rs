@@ -35,6 +35,8 @@ fn report(role: &str, members: usize) -> AdminReport {
             watches: 3,
             ephemerals: 1,
             sessions: 1,
+            read_only: false,
+            read_only_sessions: 0,
             leader_changes: 1,
             proposals: 0,
             io: Default::default(),
@@ -272,4 +274,21 @@ fn doubles_print_as_java_prints_them() {
     assert_eq!(java_double(1.0), "1.0");
     assert_eq!(java_double(0.94117647), "0.9412");
     assert_eq!(java_double(12.5), "12.5");
+}
+
+/// In read-only mode (no leader, `--zk-read-only`) the server answers as
+/// ZooKeeper's read-only server: `isro` is `ro`, its mode `read-only`, and
+/// the words that need a running server are answered.
+#[test]
+fn read_only_mode_says_ro() {
+    let mut r = report("candidate", 3);
+    r.stats.status.leader_id = 0;
+    r.stats.read_only = true;
+    r.stats.read_only_sessions = 2;
+    assert_eq!(say(Word::Isro, &r), "ro");
+    assert!(say(Word::Srvr, &r).contains("Mode: read-only\n"));
+    let mntr = say(Word::Mntr, &r);
+    assert!(mntr.contains("zk_server_state\tread-only\n"), "{mntr}");
+    assert!(mntr.contains("zk_local_sessions\t2\n"), "{mntr}");
+    assert_eq!(say(Word::Isro, &report("leader", 3)), "rw");
 }
