@@ -37,8 +37,8 @@ mod clients;
 mod forwards;
 mod frames;
 mod proposals;
-mod reconfig;
 pub(crate) mod read_only;
+mod reconfig;
 mod requests;
 pub(crate) mod snapshots;
 mod status;
@@ -406,31 +406,13 @@ impl Core {
                 _ = &mut shutdown => break Ok(()),
                 msg = rx.recv() => {
                     let Some(msg) = msg else { break Ok(()) };
-                    let started = Instant::now();
                     self.handle(msg);
-                    for _ in 0..BATCH_MSGS_MAX {
-                        if started.elapsed() >= BATCH_TIME_MAX {
-                            break;
-                        }
-                        match rx.try_recv() {
-                            Ok(msg) => self.handle(msg),
-                            Err(_) => break,
-                        }
-                    }
+                    self.drain(&mut rx, &mut peer_rx);
                 }
                 frame = peer_rx.recv() => {
                     if let Some(frame) = frame {
-                        let started = Instant::now();
                         self.on_peer(frame);
-                        for _ in 0..BATCH_MSGS_MAX {
-                            if started.elapsed() >= BATCH_TIME_MAX {
-                                break;
-                            }
-                            match peer_rx.try_recv() {
-                                Ok(frame) => self.on_peer(frame),
-                                Err(_) => break,
-                            }
-                        }
+                        self.drain(&mut rx, &mut peer_rx);
                     }
                 }
                 _ = ticker.tick() => self.on_tick(),
@@ -456,6 +438,33 @@ impl Core {
         let _ = self.raft.sync();
         let _ = state.send(CoreState::Stopped);
         result
+    }
+
+    /// After the first message of a batch: whatever else is already
+    /// queued on either side, peers first, up to the batch bounds, so one
+    /// Ready (one fsync) covers it all. Taking both sides matters: the
+    /// acks that commit the last batch arrive while its fsync runs, and
+    /// handled only after a batch of new requests they would wait for a
+    /// second fsync before the commit is seen.
+    fn drain(&mut self, rx: &mut mpsc::Receiver<CoreMsg>, peer_rx: &mut mpsc::Receiver<PeerEvent>) {
+        let started = Instant::now();
+        for _ in 0..BATCH_MSGS_MAX {
+            if started.elapsed() >= BATCH_TIME_MAX {
+                break;
+            }
+            let mut any = false;
+            if let Ok(frame) = peer_rx.try_recv() {
+                self.on_peer(frame);
+                any = true;
+            }
+            if let Ok(msg) = rx.try_recv() {
+                self.handle(msg);
+                any = true;
+            }
+            if !any {
+                break;
+            }
+        }
     }
 
     fn is_ready(&self) -> bool {
