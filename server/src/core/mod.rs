@@ -11,6 +11,8 @@
 //!   loop ([`crate::raft::RaftNode::on_ready`]) and snapshots after;
 //! - [`snapshots`]: snapshots built on a thread of their own from a frozen
 //!   view of the tree;
+//! - [`installs`]: snapshots a leader streamed here, built off the core,
+//!   waiting for raft to install them;
 //! - [`requests`]: the handshake and each request turned into a slot of its
 //!   connection's queue (answered now, read in turn, or proposed);
 //! - [`proposals`]: what this server proposed and who waits for it
@@ -32,6 +34,7 @@ mod apply;
 mod clients;
 mod forwards;
 mod frames;
+mod installs;
 mod proposals;
 mod requests;
 pub(crate) mod snapshots;
@@ -53,6 +56,7 @@ use crate::ops::Failure;
 use crate::outbound::OutboundTx;
 use crate::proto::{self, peer_frame, txn::Kind, CloseReason, PeerFrame, Txn};
 use crate::raft::node::{NodeError, RaftTiming};
+use crate::raft::snapstream::Descriptor;
 use crate::raft::transport::{PeerEvent, Transport};
 use crate::raft::{DiskStorage, RaftNode};
 use crate::session::Sessions;
@@ -240,6 +244,8 @@ struct Machine {
     /// What the leader last said every member has in its log (a follower
     /// compacts its own log no further).
     leader_floor: u64,
+    /// Snapshots streamed here by a leader.
+    installs: installs::Installs,
 }
 
 pub struct Core {
@@ -299,6 +305,7 @@ impl Core {
             election_ticks: cfg.election_ticks,
             heartbeat_ticks: cfg.heartbeat_ticks,
         };
+        let snap_dir = storage.snap_dir().clone();
         let mut raft = RaftNode::open(cfg.id, voters, cfg.join, storage, &timing, applied)?;
         raft.set_io_histograms(
             op_metrics.fsync_seconds.clone(),
@@ -306,6 +313,16 @@ impl Core {
         );
         let links = crate::raft::transport::PeerLinks::of(cfg.tls.as_ref());
         let mut transport = Transport::new(cfg.id, runtime, links);
+        transport.set_snapshot_options(
+            cfg.snapshot_chunk_bytes,
+            cfg.unsafe_corrupt_snapshot_transfers,
+        );
+        if cfg.unsafe_corrupt_snapshot_transfers > 0 {
+            warn!(
+                transfers = cfg.unsafe_corrupt_snapshot_transfers,
+                "--unsafe-corrupt-snapshot-transfers: the next snapshot transfers from this server get a byte flipped; for testing the receiver's check only"
+            );
+        }
         for p in &cfg.peers {
             transport.add_peer(p.id, &p.addr);
         }
@@ -345,6 +362,7 @@ impl Core {
                 heartbeats_sent: HashMap::new(),
                 applied_bytes: 0,
                 leader_floor: 0,
+                installs: installs::Installs::new(snap_dir),
             },
             last_snapshot_index: applied,
             snapshots: Default::default(),
@@ -428,7 +446,11 @@ impl Core {
 
     /// Runs the Ready loop until raft has nothing more, then snapshots if due.
     fn drive(&mut self) -> Result<(), CoreError> {
+        self.snapshot_transfers_ended();
         self.ready_loop()?;
+        // A received snapshot stepped into raft was installed by now, or
+        // ignored.
+        self.m.installs.settle();
         if std::mem::take(&mut self.m.leader_changed) {
             self.repropose_after_leader_change();
             self.ready_loop()?;
@@ -473,6 +495,31 @@ impl Core {
             self.compact_log()?;
         }
         Ok(())
+    }
+
+    /// Snapshot transfers to followers that ended: raft resumes
+    /// replicating to the follower, or (failed, refused, stalled) probes
+    /// it again and sends another snapshot if it still needs one.
+    fn snapshot_transfers_ended(&mut self) {
+        use crate::raft::snapstream::Outcome;
+        for sent in self.m.transport.snapshot_results() {
+            let took_ms = sent.took.as_millis() as u64;
+            let status = match &sent.result {
+                Ok(outcome @ (Outcome::Installed | Outcome::NotNeeded)) => {
+                    info!(to = sent.to, index = sent.index, took_ms, outcome = ?outcome, "snapshot transfer finished");
+                    raft::SnapshotStatus::Finish
+                }
+                Ok(Outcome::Refused(why)) => {
+                    warn!(to = sent.to, index = sent.index, took_ms, error = %why, "snapshot transfer refused by the follower; raft will retry");
+                    raft::SnapshotStatus::Failure
+                }
+                Err(e) => {
+                    warn!(to = sent.to, index = sent.index, took_ms, error = %e, "snapshot transfer failed; raft will retry");
+                    raft::SnapshotStatus::Failure
+                }
+            };
+            self.raft.report_snapshot(sent.to, status);
+        }
     }
 
     /// A snapshot's file is durable: raft's storage records it (unless one
@@ -573,7 +620,30 @@ impl Core {
         match event {
             PeerEvent::Frame(frame) => self.on_peer_frame(frame),
             PeerEvent::Closed { from } => self.on_link_closed(from),
+            PeerEvent::SnapshotOffered(offer) => {
+                let member = self.is_member(offer.from);
+                let applied = self.m.tree.applied_index();
+                self.m.installs.offered(offer, member, applied);
+            }
+            PeerEvent::SnapshotReceived(received) => {
+                let member = self.is_member(received.from);
+                let applied = self.m.tree.applied_index();
+                let me = self.m.node_id;
+                if let Some(msg) = self.m.installs.received(*received, member, applied, me) {
+                    if let Err(e) = self.raft.step(msg) {
+                        debug!(error = %e, "received snapshot refused by raft");
+                    }
+                }
+            }
         }
+    }
+
+    /// Whether `from` is another member (configured, or added by a conf
+    /// change).
+    fn is_member(&self, from: u64) -> bool {
+        from != self.m.node_id
+            && (self.m.transport.addr_of(from).is_some()
+                || self.m.tree.members().contains_key(&from))
     }
 
     /// A peer's connection to us ended. The leader's: it most likely died
@@ -594,10 +664,7 @@ impl Core {
 
     fn on_peer_frame(&mut self, frame: PeerFrame) {
         let from = frame.from;
-        if from == self.m.node_id
-            || (self.m.transport.addr_of(from).is_none()
-                && !self.m.tree.members().contains_key(&from))
-        {
+        if !self.is_member(from) {
             debug!(from, "frame from a node that is not a member; dropped");
             return;
         }
@@ -610,6 +677,17 @@ impl Core {
                             msg_from = msg.from,
                             msg_to = msg.to,
                             "raft message with another sender or recipient; dropped"
+                        );
+                    }
+                    Ok(msg)
+                        if msg.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot
+                            && Descriptor::parse(msg.get_snapshot().get_data()).is_some() =>
+                    {
+                        // Its file never came: raft must not install it
+                        // (the leader streams the file with the message).
+                        warn!(
+                            from,
+                            "a streamed snapshot's message on the peer link, without its file; dropped"
                         );
                     }
                     Ok(mut msg) => {
@@ -655,6 +733,13 @@ impl Core {
                     let zxid = self.m.tree.applied_index();
                     self.m.clients.config_changed(zxid);
                 }
+            }
+            // Snapshot transfers have connections of their own (the
+            // listener hands them to the receiver): not here.
+            Some(peer_frame::Kind::SnapshotOffer(_))
+            | Some(peer_frame::Kind::SnapshotChunk(_))
+            | Some(peer_frame::Kind::SnapshotReply(_)) => {
+                debug!(from, "a snapshot transfer frame on the peer link; dropped");
             }
             None => {}
         }

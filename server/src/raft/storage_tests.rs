@@ -379,5 +379,15 @@ fn a_snapshot_written_late_never_replaces_a_newer_one() {
     s.snap_dir().write(&newer, b"tree@10").unwrap();
     assert!(s.snapshot_written(newer).unwrap());
     assert_eq!(s.snap_dir().list().unwrap(), vec![(10, 1)]);
-    assert_eq!(&s.snapshot(0, 0).unwrap().data[..], b"tree@10");
+    assert_eq!(&s.load_snapshot().unwrap().unwrap().data[..], b"tree@10");
+    // Raft's snapshot for a follower describes the file (it is streamed).
+    let file = std::fs::read(s.snapshot_path()).unwrap();
+    let sent = s.snapshot(0, 0).unwrap();
+    assert_eq!(sent.get_metadata().index, 10);
+    let d = crate::raft::snapstream::Descriptor::parse(&sent.data)
+        .expect("a descriptor")
+        .unwrap();
+    assert_eq!(d.file_bytes, file.len() as u64);
+    let trailer = u64::from_le_bytes(file[file.len() - 8..].try_into().unwrap());
+    assert_eq!(d.checksum, trailer);
 }
