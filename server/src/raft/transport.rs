@@ -246,6 +246,7 @@ impl Transport {
             descriptor,
             chunk_bytes: sends.chunk_bytes,
             corrupt,
+            stall: snapstream::STALL_TIMEOUT,
         };
         let addr = peer.addr.clone();
         let links = self.links.clone();
