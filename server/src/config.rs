@@ -126,6 +126,12 @@ pub struct ServeArgs {
         env = "WARDEN_UNSAFE_CORRUPT_SNAPSHOT_TRANSFERS"
     )]
     pub unsafe_corrupt_snapshot_transfers: u64,
+    /// Send snapshots to followers the way earlier versions did: the whole
+    /// tree in one raft message on the peer link, read on this server's
+    /// core and built on the follower's (for comparisons, and for
+    /// followers of a version that cannot receive a streamed snapshot).
+    #[arg(long, hide = true, env = "WARDEN_INLINE_SNAPSHOTS")]
+    pub inline_snapshots: bool,
     /// This server's certificate chain (PEM). With --tls-key, the client,
     /// ZooKeeper and HTTP ports speak TLS only.
     #[arg(long, value_name = "FILE", env = "WARDEN_TLS_CERT")]
@@ -239,6 +245,8 @@ pub struct Config {
     pub snapshot_chunk_bytes: usize,
     /// Known-bad: snapshot transfers to damage (tests only).
     pub unsafe_corrupt_snapshot_transfers: u64,
+    /// Snapshots for followers in one raft message, as before streaming.
+    pub inline_snapshots: bool,
     /// TLS for the doors and the peer links; `None`: plaintext everywhere.
     pub tls: Option<crate::tls::Tls>,
     pub limits: Limits,
@@ -380,6 +388,7 @@ impl ServeArgs {
             unsafe_skip_read_index: self.unsafe_skip_read_index,
             snapshot_chunk_bytes: self.snapshot_chunk_bytes,
             unsafe_corrupt_snapshot_transfers: self.unsafe_corrupt_snapshot_transfers,
+            inline_snapshots: self.inline_snapshots,
             tls,
             limits,
             auth,

@@ -151,6 +151,21 @@ async fn a_far_behind_follower_installs_a_snapshot_streamed_in_many_chunks() {
     );
 }
 
+/// A leader that sends the whole tree in its MsgSnapshot, as earlier
+/// versions did (`--inline-snapshots`): the follower installs it as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_style_snapshot_with_the_tree_inside_still_installs() {
+    let mut cluster = cluster(&["--inline-snapshots"]);
+    let (_, f, written) = follower_far_behind(&mut cluster).await;
+    await_log(&cluster, f, "state machine replaced by leader snapshot").await;
+    same_data(&cluster, f, &written).await;
+    let log = cluster.log(f);
+    assert!(
+        log.contains("streamed=false") && !log.contains("leader snapshot received and built"),
+        "the install was streamed; log:\n{log}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupted_transfer_is_refused_then_retried_and_installed() {
     // Whichever node leads damages its first transfer (one byte of one

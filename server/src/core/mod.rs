@@ -276,8 +276,9 @@ impl Core {
                 detail: format!("{}: {e}", cfg.data_dir.display()),
             })
         })?;
-        let storage =
+        let mut storage =
             DiskStorage::open(&cfg.data_dir.join("raft"), &cfg.data_dir.join("snapshots"))?;
+        storage.set_inline_snapshots(cfg.inline_snapshots);
         let tree = match storage.load_snapshot()? {
             Some(snap) => {
                 let started = Instant::now();

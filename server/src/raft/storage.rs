@@ -102,6 +102,9 @@ pub struct DiskStorage {
     sizes: VecDeque<u32>,
     /// Sum of `sizes`.
     log_bytes: u64,
+    /// Snapshots for followers carry the whole tree, as before they were
+    /// streamed (`--inline-snapshots`).
+    inline_snapshots: bool,
 }
 
 fn log_key(index: u64) -> [u8; 8] {
@@ -227,6 +230,7 @@ impl DiskStorage {
             sizes,
             log_bytes,
             synced,
+            inline_snapshots: false,
         };
         // Finish an install a stop interrupted first: the log it leaves is
         // the one the watermark was lowered for.
@@ -299,6 +303,12 @@ impl DiskStorage {
             "the latest snapshot is newer than the log: finishing its install"
         );
         self.replace_log_with(&m)
+    }
+
+    /// Snapshots for followers carry the whole tree in the message (read
+    /// here, on the core) instead of a descriptor of the file to stream.
+    pub fn set_inline_snapshots(&mut self, on: bool) {
+        self.inline_snapshots = on;
     }
 
     /// True once a conf state has been stored (the node was bootstrapped).
@@ -695,6 +705,15 @@ impl raft::Storage for DiskStorage {
             return Err(raft::Error::Store(
                 RaftStorageError::SnapshotTemporarilyUnavailable,
             ));
+        }
+        if self.inline_snapshots {
+            return match self.load_snapshot() {
+                Ok(Some(snap)) => Ok(snap),
+                Ok(None) => Err(raft::Error::Store(
+                    RaftStorageError::SnapshotTemporarilyUnavailable,
+                )),
+                Err(e) => Err(other(e)),
+            };
         }
         let m = &self.snapshot_meta;
         let (file_bytes, checksum) = self.snaps.describe(m.index, m.term).map_err(other)?;
