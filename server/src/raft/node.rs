@@ -317,6 +317,7 @@ impl RaftNode {
             let file = handler.restore(&snap).map_err(|e| {
                 NodeError::Corrupt(format!("the leader's snapshot at index {index}: {e}"))
             })?;
+            let restored = started.elapsed();
             match file {
                 Some(tmp) => self
                     .raw
@@ -330,6 +331,7 @@ impl RaftNode {
             tracing::info!(
                 index,
                 core_ms = started.elapsed().as_millis() as u64,
+                storage_ms = (started.elapsed() - restored).as_millis() as u64,
                 "leader snapshot installed"
             );
         }
