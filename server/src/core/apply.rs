@@ -228,6 +228,8 @@ impl ReadyHandler for Machine {
             }
         };
         self.op_metrics.snapshot_installs.inc();
+        // Bytes applied since the latest snapshot: this one.
+        self.applied_bytes = 0;
         let old = std::mem::replace(&mut self.tree, tree);
         self.locks.rebuild(&self.tree);
         self.clients.after_snapshot(&old, &self.tree);

@@ -77,6 +77,9 @@ const BATCH_MSGS_MAX: usize = 1024;
 /// other queue: a tick that comes late delays heartbeats, and a leader
 /// that does not heartbeat for an election timeout loses its followers.
 const BATCH_TIME_MAX: Duration = Duration::from_millis(20);
+/// A turn of the core's loop at least this long is logged (`the core was
+/// busy`): what its clients waited for.
+const CORE_BUSY_LOGGED: Duration = Duration::from_millis(200);
 /// How often (in ticks) the leader looks for empty containers and expired
 /// TTL nodes.
 const REMOVAL_CHECK_TICKS: u64 = 5;
@@ -383,12 +386,14 @@ impl Core {
     ) -> Result<(), CoreError> {
         let mut ticker = tokio::time::interval(self.m.cfg.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut woke;
         let result = loop {
             tokio::select! {
                 _ = &mut shutdown => break Ok(()),
                 msg = rx.recv() => {
                     let Some(msg) = msg else { break Ok(()) };
                     let started = Instant::now();
+                    woke = started;
                     self.handle(msg);
                     for _ in 0..BATCH_MSGS_MAX {
                         if started.elapsed() >= BATCH_TIME_MAX {
@@ -401,6 +406,7 @@ impl Core {
                     }
                 }
                 frame = peer_rx.recv() => {
+                    woke = Instant::now();
                     if let Some(frame) = frame {
                         let started = Instant::now();
                         self.on_peer(frame);
@@ -415,10 +421,19 @@ impl Core {
                         }
                     }
                 }
-                _ = ticker.tick() => self.on_tick(),
+                _ = ticker.tick() => {
+                    woke = Instant::now();
+                    self.on_tick();
+                }
             }
             if let Err(e) = self.drive() {
                 break Err(e);
+            }
+            // A turn of the loop this long kept every client of this
+            // server, and raft's ticks, waiting.
+            let busy = woke.elapsed();
+            if busy >= CORE_BUSY_LOGGED {
+                info!(busy_ms = busy.as_millis() as u64, "the core was busy");
             }
             if *state.borrow() == CoreState::Starting && self.is_ready() {
                 info!(
@@ -460,7 +475,12 @@ impl Core {
             self.snapshot_built(done?)?;
         }
         let applied = self.m.tree.applied_index();
-        let due = applied >= self.last_snapshot_index + self.m.cfg.snapshot_entries
+        // Counted from the latest snapshot, this server's or a leader's it
+        // installed (a million-znode snapshot is not taken again at once).
+        let latest = self
+            .last_snapshot_index
+            .max(self.raft.storage().snapshot_index());
+        let due = applied >= latest + self.m.cfg.snapshot_entries
             || self.m.applied_bytes >= self.m.cfg.snapshot_bytes;
         let member_added = std::mem::take(&mut self.m.snapshot_wanted);
         if member_added && applied > self.raft.storage().snapshot_index() {

@@ -125,11 +125,11 @@ struct Peer {
 }
 
 /// How snapshots are streamed, and their transfers' outcomes.
-pub struct SnapshotSends {
+struct SnapshotSends {
     /// Bytes per chunk (`--snapshot-chunk-bytes`).
-    pub chunk_bytes: usize,
+    chunk_bytes: usize,
     /// Test only: how many of the next transfers get a byte flipped.
-    pub corrupt: u64,
+    corrupt: u64,
     seq: u64,
     done_tx: std::sync::mpsc::Sender<SnapshotSent>,
     done_rx: std::sync::mpsc::Receiver<SnapshotSent>,
