@@ -12,8 +12,8 @@
 //!
 //! **A connection of its own.** The task dials the follower's peer port
 //! afresh (mutual TLS when the cluster has it, like every peer link) and
-//! sends [`SnapshotOffer`] as its first frame, so the follower's listener
-//! hands the connection to [`receive`] instead of its core. The chunks thus
+//! sends [`crate::proto::SnapshotOffer`] as its first frame, so the follower's listener
+//! hands the connection to [`receive()`] instead of its core. The chunks thus
 //! never queue in the peer link that carries heartbeats and appends (whose
 //! queue is bounded at a few megabytes and drops what does not fit), and
 //! the follower's acknowledgements come back on the same connection,
