@@ -29,7 +29,6 @@ pub async fn receive(
     deliver: mpsc::Sender<PeerEvent>,
     stop: CancellationToken,
 ) {
-    let me_unknown = 0;
     let mut path = None;
     let outcome = tokio::select! {
         _ = stop.cancelled() => Outcome::Refused("this server is stopping".into()),
@@ -45,7 +44,9 @@ pub async fn receive(
             let _ = std::fs::remove_file(p);
         }
     }
-    let _ = framed.send(reply_frame(me_unknown, 0, kind, error)).await;
+    // The listener does not know this server's id: replies say 0 (the
+    // leader knows whom it dialled).
+    let _ = framed.send(reply_frame(0, 0, kind, error)).await;
 }
 
 async fn receive_inner(
