@@ -113,6 +113,30 @@ pub struct ServeArgs {
     /// catch it.
     #[arg(long, hide = true, env = "WARDEN_UNSAFE_SKIP_READ_INDEX")]
     pub unsafe_skip_read_index: bool,
+    /// Bytes per chunk when a snapshot is streamed to a follower (tests
+    /// use small chunks to make a small tree take several).
+    #[arg(
+        long,
+        default_value_t = crate::raft::snapstream::CHUNK_BYTES_DEFAULT,
+        hide = true,
+        env = "WARDEN_SNAPSHOT_CHUNK_BYTES"
+    )]
+    pub snapshot_chunk_bytes: usize,
+    /// KNOWN-BAD, for tests of the follower's check only: the next this
+    /// many snapshot transfers from this server get a byte flipped.
+    #[arg(
+        long,
+        default_value_t = 0,
+        hide = true,
+        env = "WARDEN_UNSAFE_CORRUPT_SNAPSHOT_TRANSFERS"
+    )]
+    pub unsafe_corrupt_snapshot_transfers: u64,
+    /// Send snapshots to followers the way earlier versions did: the whole
+    /// tree in one raft message on the peer link, read on this server's
+    /// core and built on the follower's (for comparisons, and for
+    /// followers of a version that cannot receive a streamed snapshot).
+    #[arg(long, hide = true, env = "WARDEN_INLINE_SNAPSHOTS")]
+    pub inline_snapshots: bool,
     /// This server's certificate chain (PEM). With --tls-key, the client,
     /// ZooKeeper and HTTP ports speak TLS only.
     #[arg(long, value_name = "FILE", env = "WARDEN_TLS_CERT")]
@@ -239,6 +263,12 @@ pub struct Config {
     pub clock_offset_file: Option<std::path::PathBuf>,
     /// Known-bad: linearizable reads without ReadIndex (selftest only).
     pub unsafe_skip_read_index: bool,
+    /// Chunk size of snapshot transfers.
+    pub snapshot_chunk_bytes: usize,
+    /// Known-bad: snapshot transfers to damage (tests only).
+    pub unsafe_corrupt_snapshot_transfers: u64,
+    /// Snapshots for followers in one raft message, as before streaming.
+    pub inline_snapshots: bool,
     /// TLS for the doors and the peer links; `None`: plaintext everywhere.
     pub tls: Option<crate::tls::Tls>,
     pub limits: Limits,
@@ -315,6 +345,15 @@ impl ServeArgs {
         if self.snapshot_entries == 0 {
             return Err(ConfigError::SnapshotEntries);
         }
+        let chunk_max = crate::raft::snapstream::CHUNK_BYTES_MAX;
+        if !(1..=chunk_max).contains(&self.snapshot_chunk_bytes) {
+            return Err(ConfigError::Limit {
+                flag: "--snapshot-chunk-bytes",
+                min: 1,
+                max: chunk_max,
+                got: self.snapshot_chunk_bytes,
+            });
+        }
         let limits = self.limits()?;
         let peers = parse_peers(&self.peers, self.id, &self.peer_listen)?;
         let zk_listen = match self.zk_listen.trim() {
@@ -381,6 +420,9 @@ impl ServeArgs {
             clock_offset_ms: self.clock_offset_ms,
             clock_offset_file: self.clock_offset_file.clone(),
             unsafe_skip_read_index: self.unsafe_skip_read_index,
+            snapshot_chunk_bytes: self.snapshot_chunk_bytes,
+            unsafe_corrupt_snapshot_transfers: self.unsafe_corrupt_snapshot_transfers,
+            inline_snapshots: self.inline_snapshots,
             tls,
             limits,
             auth,

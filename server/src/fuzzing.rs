@@ -259,7 +259,12 @@ fn zk_request(body: &[u8], tree: &mut DataTree, watches: &mut WatchRegistry) {
 fn peer_message(frame: &PeerFrame) {
     match &frame.kind {
         Some(peer_frame::Kind::Raft(bytes)) => raft_message(bytes),
-        Some(peer_frame::Kind::Touch(_)) | Some(peer_frame::Kind::Status(_)) | None => {}
+        Some(peer_frame::Kind::SnapshotOffer(offer)) => raft_message(&offer.raft),
+        Some(peer_frame::Kind::Touch(_))
+        | Some(peer_frame::Kind::Status(_))
+        | Some(peer_frame::Kind::SnapshotChunk(_))
+        | Some(peer_frame::Kind::SnapshotReply(_))
+        | None => {}
     }
 }
 

@@ -417,6 +417,43 @@ async fn a_tls_cluster_replicates_and_survives_a_leader_kill() {
     assert_eq!(other.get_children("/").await.unwrap().0.len(), 21);
 }
 
+/// A follower too far behind for the leader's log gets the snapshot
+/// streamed on a connection of its own: mutual TLS too.
+#[tokio::test]
+async fn a_tls_cluster_streams_a_snapshot_to_a_far_behind_follower() {
+    let certs = TlsCerts::generate(&["node"], &["alice"]);
+    let mut cluster = Cluster::start_with(
+        3,
+        ServerOptions {
+            snapshot_entries: Some(10),
+            extra_args: certs.server_args(
+                "node",
+                &["--max-log-bytes", "0", "--snapshot-chunk-bytes", "1024"],
+            ),
+            ..ServerOptions::default()
+        },
+    );
+    let t = tls(&certs, Some("alice"));
+    let (leader, _) = leader_and_term(&cluster, &t).await;
+    let f = if leader == 3 { 2 } else { 3 };
+    cluster.kill9(f);
+    let c = connect_tls(cluster.addr(leader as usize), t.clone()).await;
+    for i in 0..60 {
+        c.create(&format!("/s{i}"), &[b'x'; 100], CreateOptions::default())
+            .await
+            .unwrap();
+    }
+    cluster.restart(f);
+    wait_until(
+        Duration::from_secs(30),
+        "the streamed snapshot installed",
+        || cluster.log(f).contains("streamed=true"),
+    );
+    let r = connect_tls(cluster.addr(f), t.clone()).await;
+    r.sync("/").await.unwrap();
+    assert_eq!(r.get_children("/").await.unwrap().0.len(), 60);
+}
+
 /// A raft heartbeat from `from` with a term far ahead: a node that takes
 /// it steps down and adopts that term.
 fn forged_heartbeat(from: u64, to: u64, term: u64) -> Vec<u8> {

@@ -14,13 +14,14 @@ use raft::eraftpb::{
     Snapshot as RaftSnapshot,
 };
 use raft::{ReadState, SoftState, StateRole};
-use tracing::{debug, error, info};
+use tracing::{debug, error, info, warn};
 use warden_protocol::pb::{self, ErrorCode};
 
 use super::frames;
 use super::proposals::{ConfApplied, Settled, Waiter};
 use super::Machine;
 use crate::proto::{self, peer_frame, txn::Kind, CloseReason, PeerFrame, Proposal, Txn};
+use crate::raft::snapstream::Descriptor;
 use crate::raft::{ReadyHandler, Undelivered};
 use crate::tree::{DataTree, TxnResult};
 
@@ -71,6 +72,25 @@ impl ReadyHandler for Machine {
                     continue;
                 }
             };
+            if m.get_msg_type() == MessageType::MsgSnapshot {
+                if let Some(descriptor) = Descriptor::parse(m.get_snapshot().get_data()) {
+                    // Streamed on a connection of its own, off the core.
+                    let meta = m.get_snapshot().get_metadata();
+                    let path = self.installs.dir().path_of(meta.index, meta.term);
+                    let started = descriptor.and_then(|d| {
+                        self.transport
+                            .send_snapshot(to, meta.index, bytes, &path, d)
+                    });
+                    match started {
+                        Ok(()) => info!(to, index = meta.index, "snapshot transfer started"),
+                        Err(e) => {
+                            warn!(to, index = meta.index, error = %e, "snapshot transfer not started");
+                            undelivered.extend(Undelivered::of(&m));
+                        }
+                    }
+                    continue;
+                }
+            }
             let frame = PeerFrame {
                 from: self.node_id,
                 kind: Some(peer_frame::Kind::Raft(bytes)),
@@ -188,29 +208,33 @@ impl ReadyHandler for Machine {
         Ok(())
     }
 
-    fn restore(&mut self, snapshot: &RaftSnapshot) -> Result<(), String> {
+    fn restore(&mut self, snapshot: &RaftSnapshot) -> Result<Option<std::path::PathBuf>, String> {
         let started = Instant::now();
-        let tree = proto::Snapshot::decode(&snapshot.data[..])
-            .map_err(|e| e.to_string())
-            .and_then(|s| DataTree::from_snapshot_owned(s).map_err(|e| e.to_string()))
-            .map_err(|e| format!("unreadable ({e}); not installed"))?;
-        info!(
-            index = tree.applied_index(),
-            nodes = tree.node_count(),
-            took_ms = started.elapsed().as_millis() as u64,
-            "state machine replaced by leader snapshot"
-        );
+        let meta = snapshot.get_metadata();
+        let (tree, file, received) = match Descriptor::parse(&snapshot.data) {
+            // Streamed: received, checked and built off the core.
+            Some(_) => {
+                let p = self.installs.take(meta.index, meta.term).ok_or_else(|| {
+                    "a streamed snapshot without its received file; not installed".to_string()
+                })?;
+                (p.tree, Some(p.path), p.took)
+            }
+            // Old-style: the tree is the message's data, built here.
+            None => {
+                let tree = proto::Snapshot::decode(&snapshot.data[..])
+                    .map_err(|e| e.to_string())
+                    .and_then(|s| DataTree::from_snapshot_owned(s).map_err(|e| e.to_string()))
+                    .map_err(|e| format!("unreadable ({e}); not installed"))?;
+                (tree, None, Duration::ZERO)
+            }
+        };
         self.op_metrics.snapshot_installs.inc();
+        // Bytes applied since the latest snapshot: this one.
+        self.applied_bytes = 0;
         let old = std::mem::replace(&mut self.tree, tree);
         self.locks.rebuild(&self.tree);
         self.clients.after_snapshot(&old, &self.tree);
-        // Freeing a million nodes takes a while: not on the core.
-        let _ = std::thread::Builder::new()
-            .name("old-tree".into())
-            .spawn(move || {
-                drop(old);
-                super::snapshots::release_freed_memory();
-            });
+        super::installs::drop_off_core(old);
         // Writes of this server whose entries the snapshot holds: answered
         // from what the tree recorded for them.
         for (request_id, waiter, answer) in self.proposals.settled_in(&self.tree) {
@@ -240,7 +264,15 @@ impl ReadyHandler for Machine {
                 _ => {}
             }
         }
-        Ok(())
+        info!(
+            index = self.tree.applied_index(),
+            nodes = self.tree.node_count(),
+            streamed = file.is_some(),
+            received_ms = received.as_millis() as u64,
+            took_ms = started.elapsed().as_millis() as u64,
+            "state machine replaced by leader snapshot"
+        );
+        Ok(file)
     }
 
     fn read_states(&mut self, states: Vec<ReadState>) {

@@ -11,6 +11,8 @@
 //!   loop ([`crate::raft::RaftNode::on_ready`]) and snapshots after;
 //! - [`snapshots`]: snapshots built on a thread of their own from a frozen
 //!   view of the tree;
+//! - [`installs`]: snapshots a leader streamed here, built off the core,
+//!   waiting for raft to install them;
 //! - [`requests`]: the handshake and each request turned into a slot of its
 //!   connection's queue (answered now, read in turn, or proposed);
 //! - [`proposals`]: what this server proposed and who waits for it
@@ -36,6 +38,7 @@ mod apply;
 mod clients;
 mod forwards;
 mod frames;
+mod installs;
 mod proposals;
 pub(crate) mod read_only;
 mod reconfig;
@@ -59,6 +62,7 @@ use crate::ops::Failure;
 use crate::outbound::OutboundTx;
 use crate::proto::{self, peer_frame, txn::Kind, CloseReason, PeerFrame, Txn};
 use crate::raft::node::{NodeError, RaftTiming};
+use crate::raft::snapstream::Descriptor;
 use crate::raft::transport::{PeerEvent, Transport};
 use crate::raft::{DiskStorage, RaftNode};
 use crate::session::Sessions;
@@ -80,6 +84,9 @@ const BATCH_MSGS_MAX: usize = 1024;
 /// other queue: a tick that comes late delays heartbeats, and a leader
 /// that does not heartbeat for an election timeout loses its followers.
 const BATCH_TIME_MAX: Duration = Duration::from_millis(20);
+/// A turn of the core's loop at least this long is logged (`the core was
+/// busy`): what its clients waited for.
+const CORE_BUSY_LOGGED: Duration = Duration::from_millis(200);
 /// How often (in ticks) the leader looks for empty containers and expired
 /// TTL nodes.
 const REMOVAL_CHECK_TICKS: u64 = 5;
@@ -273,6 +280,8 @@ struct Machine {
     conf_change_due: bool,
     /// ZooKeeper's read-only mode: its state and sessions.
     read_only: read_only::ReadOnlyMode,
+    /// Snapshots streamed here by a leader.
+    installs: installs::Installs,
 }
 
 pub struct Core {
@@ -303,8 +312,9 @@ impl Core {
                 detail: format!("{}: {e}", cfg.data_dir.display()),
             })
         })?;
-        let storage =
+        let mut storage =
             DiskStorage::open(&cfg.data_dir.join("raft"), &cfg.data_dir.join("snapshots"))?;
+        storage.set_inline_snapshots(cfg.inline_snapshots);
         let tree = match storage.load_snapshot()? {
             Some(snap) => {
                 let started = Instant::now();
@@ -332,6 +342,7 @@ impl Core {
             election_ticks: cfg.election_ticks,
             heartbeat_ticks: cfg.heartbeat_ticks,
         };
+        let snap_dir = storage.snap_dir().clone();
         let mut raft = RaftNode::open(cfg.id, voters, cfg.join, storage, &timing, applied)?;
         raft.set_io_histograms(
             op_metrics.fsync_seconds.clone(),
@@ -339,6 +350,16 @@ impl Core {
         );
         let links = crate::raft::transport::PeerLinks::of(cfg.tls.as_ref());
         let mut transport = Transport::new(cfg.id, runtime, links);
+        transport.set_snapshot_options(
+            cfg.snapshot_chunk_bytes,
+            cfg.unsafe_corrupt_snapshot_transfers,
+        );
+        if cfg.unsafe_corrupt_snapshot_transfers > 0 {
+            warn!(
+                transfers = cfg.unsafe_corrupt_snapshot_transfers,
+                "--unsafe-corrupt-snapshot-transfers: the next snapshot transfers from this server get a byte flipped; for testing the receiver's check only"
+            );
+        }
         for p in &cfg.peers {
             transport.add_peer(p.id, &p.addr);
         }
@@ -382,6 +403,7 @@ impl Core {
                 reconfigs_done: Vec::new(),
                 conf_change_due: false,
                 read_only: read_only::ReadOnlyMode::new(Instant::now()),
+                installs: installs::Installs::new(snap_dir),
             },
             last_snapshot_index: applied,
             snapshots: Default::default(),
@@ -401,24 +423,36 @@ impl Core {
     ) -> Result<(), CoreError> {
         let mut ticker = tokio::time::interval(self.m.cfg.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut woke;
         let result = loop {
             tokio::select! {
                 _ = &mut shutdown => break Ok(()),
                 msg = rx.recv() => {
                     let Some(msg) = msg else { break Ok(()) };
+                    woke = Instant::now();
                     self.handle(msg);
                     self.drain(&mut rx, &mut peer_rx);
                 }
                 frame = peer_rx.recv() => {
+                    woke = Instant::now();
                     if let Some(frame) = frame {
                         self.on_peer(frame);
                         self.drain(&mut rx, &mut peer_rx);
                     }
                 }
-                _ = ticker.tick() => self.on_tick(),
+                _ = ticker.tick() => {
+                    woke = Instant::now();
+                    self.on_tick();
+                }
             }
             if let Err(e) = self.drive() {
                 break Err(e);
+            }
+            // A turn of the loop this long kept every client of this
+            // server, and raft's ticks, waiting.
+            let busy = woke.elapsed();
+            if busy >= CORE_BUSY_LOGGED {
+                info!(busy_ms = busy.as_millis() as u64, "the core was busy");
             }
             if *state.borrow() == CoreState::Starting && self.is_ready() {
                 info!(
@@ -474,7 +508,11 @@ impl Core {
 
     /// Runs the Ready loop until raft has nothing more, then snapshots if due.
     fn drive(&mut self) -> Result<(), CoreError> {
+        self.snapshot_transfers_ended();
         self.ready_loop()?;
+        // A received snapshot stepped into raft was installed by now, or
+        // ignored.
+        self.m.installs.settle();
         if std::mem::take(&mut self.m.leader_changed) {
             self.repropose_after_leader_change();
             self.ready_loop()?;
@@ -488,7 +526,12 @@ impl Core {
             self.snapshot_built(done?)?;
         }
         let applied = self.m.tree.applied_index();
-        let due = applied >= self.last_snapshot_index + self.m.cfg.snapshot_entries
+        // Counted from the latest snapshot, this server's or a leader's it
+        // installed (a million-znode snapshot is not taken again at once).
+        let latest = self
+            .last_snapshot_index
+            .max(self.raft.storage().snapshot_index());
+        let due = applied >= latest + self.m.cfg.snapshot_entries
             || self.m.applied_bytes >= self.m.cfg.snapshot_bytes;
         let member_added = std::mem::take(&mut self.m.snapshot_wanted);
         if member_added && applied > self.raft.storage().snapshot_index() {
@@ -524,6 +567,31 @@ impl Core {
             self.compact_log()?;
         }
         Ok(())
+    }
+
+    /// Snapshot transfers to followers that ended: raft resumes
+    /// replicating to the follower, or (failed, refused, stalled) probes
+    /// it again and sends another snapshot if it still needs one.
+    fn snapshot_transfers_ended(&mut self) {
+        use crate::raft::snapstream::Outcome;
+        for sent in self.m.transport.snapshot_results() {
+            let took_ms = sent.took.as_millis() as u64;
+            let status = match &sent.result {
+                Ok(outcome @ (Outcome::Installed | Outcome::NotNeeded)) => {
+                    info!(to = sent.to, index = sent.index, took_ms, outcome = ?outcome, "snapshot transfer finished");
+                    raft::SnapshotStatus::Finish
+                }
+                Ok(Outcome::Refused(why)) => {
+                    warn!(to = sent.to, index = sent.index, took_ms, error = %why, "snapshot transfer refused by the follower; raft will retry");
+                    raft::SnapshotStatus::Failure
+                }
+                Err(e) => {
+                    warn!(to = sent.to, index = sent.index, took_ms, error = %e, "snapshot transfer failed; raft will retry");
+                    raft::SnapshotStatus::Failure
+                }
+            };
+            self.raft.report_snapshot(sent.to, status);
+        }
     }
 
     /// A snapshot's file is durable: raft's storage records it (unless one
@@ -626,7 +694,30 @@ impl Core {
         match event {
             PeerEvent::Frame(frame) => self.on_peer_frame(frame),
             PeerEvent::Closed { from } => self.on_link_closed(from),
+            PeerEvent::SnapshotOffered(offer) => {
+                let member = self.is_member(offer.from);
+                let applied = self.m.tree.applied_index();
+                self.m.installs.offered(offer, member, applied);
+            }
+            PeerEvent::SnapshotReceived(received) => {
+                let member = self.is_member(received.from);
+                let applied = self.m.tree.applied_index();
+                let me = self.m.node_id;
+                if let Some(msg) = self.m.installs.received(*received, member, applied, me) {
+                    if let Err(e) = self.raft.step(msg) {
+                        debug!(error = %e, "received snapshot refused by raft");
+                    }
+                }
+            }
         }
+    }
+
+    /// Whether `from` is another member (configured, or added by a conf
+    /// change).
+    fn is_member(&self, from: u64) -> bool {
+        from != self.m.node_id
+            && (self.m.transport.addr_of(from).is_some()
+                || self.m.tree.members().contains_key(&from))
     }
 
     /// A peer's connection to us ended. The leader's: it most likely died
@@ -647,10 +738,7 @@ impl Core {
 
     fn on_peer_frame(&mut self, frame: PeerFrame) {
         let from = frame.from;
-        if from == self.m.node_id
-            || (self.m.transport.addr_of(from).is_none()
-                && !self.m.tree.members().contains_key(&from))
-        {
+        if !self.is_member(from) {
             debug!(from, "frame from a node that is not a member; dropped");
             return;
         }
@@ -663,6 +751,17 @@ impl Core {
                             msg_from = msg.from,
                             msg_to = msg.to,
                             "raft message with another sender or recipient; dropped"
+                        );
+                    }
+                    Ok(msg)
+                        if msg.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot
+                            && Descriptor::parse(msg.get_snapshot().get_data()).is_some() =>
+                    {
+                        // Its file never came: raft must not install it
+                        // (the leader streams the file with the message).
+                        warn!(
+                            from,
+                            "a streamed snapshot's message on the peer link, without its file; dropped"
                         );
                     }
                     Ok(mut msg) => {
@@ -708,6 +807,13 @@ impl Core {
                     let zxid = self.m.tree.applied_index();
                     self.m.clients.config_changed(zxid);
                 }
+            }
+            // Snapshot transfers have connections of their own (the
+            // listener hands them to the receiver): not here.
+            Some(peer_frame::Kind::SnapshotOffer(_))
+            | Some(peer_frame::Kind::SnapshotChunk(_))
+            | Some(peer_frame::Kind::SnapshotReply(_)) => {
+                debug!(from, "a snapshot transfer frame on the peer link; dropped");
             }
             None => {}
         }

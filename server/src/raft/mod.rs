@@ -1,12 +1,14 @@
 //! Raft: the log and hard state on disk ([`storage`]), snapshot files
 //! ([`snapfile`]), the node that drives
 //! `raft::RawNode` through its Ready loop ([`node`]), and the bridge from
-//! raft-rs's slog logging into tracing ([`logger`]), and the check every
-//! raft protobuf from outside passes before it is decoded ([`wire_guard`]).
+//! raft-rs's slog logging into tracing ([`logger`]), the check every
+//! raft protobuf from outside passes before it is decoded ([`wire_guard`]),
+//! and snapshot files streamed to followers ([`snapstream`]).
 
 pub mod logger;
 pub mod node;
 pub mod snapfile;
+pub mod snapstream;
 pub mod storage;
 pub mod transport;
 pub mod watermark;

@@ -42,7 +42,11 @@ pub trait ReadyHandler {
     fn apply(&mut self, entry: &Entry) -> Result<(), String>;
     /// A snapshot from the leader is to replace the state machine. An error
     /// (it cannot be read) stops the node before anything is stored.
-    fn restore(&mut self, snapshot: &Snapshot) -> Result<(), String>;
+    /// Returns the snapshot's file when it was streamed (received, checked
+    /// and durable under a temporary name: the storage renames it into
+    /// place); `None` for an old-style snapshot carrying the tree as data,
+    /// which the storage writes.
+    fn restore(&mut self, snapshot: &Snapshot) -> Result<Option<std::path::PathBuf>, String>;
     /// ReadIndex answers: serve each read once `applied >= index`.
     fn read_states(&mut self, states: Vec<ReadState>);
     /// This node's role or the known leader changed.
@@ -210,6 +214,12 @@ impl RaftNode {
         self.raw.step(msg)
     }
 
+    /// How a snapshot transfer to `to` ended: raft resumes replicating to
+    /// it (`Finish`), or probes it again and sends another (`Failure`).
+    pub fn report_snapshot(&mut self, to: u64, status: SnapshotStatus) {
+        self.raw.report_snapshot(to, status)
+    }
+
     pub fn has_ready(&self) -> bool {
         self.raw.has_ready()
     }
@@ -301,12 +311,29 @@ impl RaftNode {
         //    any entry after it is applied; read first, so that one that
         //    cannot be read stops us with the old state still on disk.
         if !ready.snapshot().is_empty() {
+            let started = std::time::Instant::now();
             let snap = ready.snapshot().clone();
             let index = snap.get_metadata().index;
-            handler.restore(&snap).map_err(|e| {
+            let file = handler.restore(&snap).map_err(|e| {
                 NodeError::Corrupt(format!("the leader's snapshot at index {index}: {e}"))
             })?;
-            self.raw.mut_store().apply_snapshot(snap)?;
+            let restored = started.elapsed();
+            match file {
+                Some(tmp) => self
+                    .raw
+                    .mut_store()
+                    .install_snapshot_file(snap.get_metadata(), &tmp)?,
+                None => self.raw.mut_store().apply_snapshot(snap)?,
+            }
+            // The whole time the install held the core: the tree swapped
+            // in (or decoded here, for an old-style snapshot), the file in
+            // place, the log replaced and synced.
+            tracing::info!(
+                index,
+                core_ms = started.elapsed().as_millis() as u64,
+                storage_ms = (started.elapsed() - restored).as_millis() as u64,
+                "leader snapshot installed"
+            );
         }
 
         // 3. Committed entries were persisted in an earlier Ready: apply them.

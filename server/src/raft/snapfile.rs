@@ -132,6 +132,50 @@ impl SnapDir {
         Ok(path)
     }
 
+    /// Where a snapshot received from the leader is written (the `seq`th
+    /// receipt of this process): a temporary name, removed at the next
+    /// start if a stop interrupts the receipt.
+    pub fn receive_path(&self, index: u64, term: u64, seq: u64) -> PathBuf {
+        self.dir
+            .join(format!("{index:020}-{term:020}.recv{seq}{TMP_SUFFIX}"))
+    }
+
+    /// A received snapshot file, already checked and durable under its
+    /// temporary name `tmp`, becomes the snapshot at `meta`: renamed into
+    /// place, the directory fsynced. Returns its path.
+    pub fn adopt(&self, tmp: &Path, meta: &SnapshotMetadata) -> Result<PathBuf, StorageError> {
+        let path = self.path_of(meta.index, meta.term);
+        let adopt = || -> std::io::Result<()> {
+            fs::rename(tmp, &path)?;
+            File::open(&self.dir)?.sync_all()
+        };
+        adopt().map_err(|e| io_error("installing", &path, e))?;
+        Ok(path)
+    }
+
+    /// The length of the snapshot file at `index`/`term` and the checksum
+    /// in its trailer (what a transfer of it is described by), read
+    /// without reading the file.
+    pub fn describe(&self, index: u64, term: u64) -> Result<(u64, u64), StorageError> {
+        use std::os::unix::fs::FileExt as _;
+        let path = self.path_of(index, term);
+        let f = File::open(&path).map_err(|e| io_error("opening", &path, e))?;
+        let size = f
+            .metadata()
+            .map_err(|e| io_error("reading", &path, e))?
+            .len();
+        if size < (HEADER_LEN + CHECKSUM_LEN) as u64 {
+            return Err(damaged(
+                &path,
+                format!("{size} bytes, shorter than a header"),
+            ));
+        }
+        let mut sum = [0u8; CHECKSUM_LEN];
+        f.read_exact_at(&mut sum, size - CHECKSUM_LEN as u64)
+            .map_err(|e| io_error("reading", &path, e))?;
+        Ok((size, u64::from_le_bytes(sum)))
+    }
+
     /// The metadata of the snapshot at `index`/`term`, from its header
     /// alone (the checksum is checked when the whole file is read).
     pub fn read_meta(&self, index: u64, term: u64) -> Result<SnapshotMetadata, StorageError> {
@@ -279,7 +323,7 @@ const WRITEBACK_CHUNK: usize = 4 << 20;
 /// one before it: a snapshot of a hundred megabytes then never sits dirty
 /// in the page cache whole, to be flushed by one fsync that the log's
 /// fsyncs (on the core) would queue behind for a second or more.
-fn written_back(f: &File, offset: u64, len: u64) {
+pub(crate) fn written_back(f: &File, offset: u64, len: u64) {
     #[cfg(target_os = "linux")]
     {
         use std::os::fd::AsRawFd as _;

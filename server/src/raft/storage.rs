@@ -35,6 +35,7 @@ use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState, StorageError as RaftStorageError};
 
 use super::snapfile::SnapDir;
+use super::snapstream::Descriptor;
 use super::watermark::{Mark, Watermark};
 
 /// fjall's block cache (the log's hot tail for followers that lag a
@@ -101,6 +102,9 @@ pub struct DiskStorage {
     sizes: VecDeque<u32>,
     /// Sum of `sizes`.
     log_bytes: u64,
+    /// Snapshots for followers carry the whole tree, as before they were
+    /// streamed (`--inline-snapshots`).
+    inline_snapshots: bool,
 }
 
 fn log_key(index: u64) -> [u8; 8] {
@@ -226,6 +230,7 @@ impl DiskStorage {
             sizes,
             log_bytes,
             synced,
+            inline_snapshots: false,
         };
         // Finish an install a stop interrupted first: the log it leaves is
         // the one the watermark was lowered for.
@@ -298,6 +303,12 @@ impl DiskStorage {
             "the latest snapshot is newer than the log: finishing its install"
         );
         self.replace_log_with(&m)
+    }
+
+    /// Snapshots for followers carry the whole tree in the message (read
+    /// here, on the core) instead of a descriptor of the file to stream.
+    pub fn set_inline_snapshots(&mut self, on: bool) {
+        self.inline_snapshots = on;
     }
 
     /// True once a conf state has been stored (the node was bootstrapped).
@@ -520,13 +531,42 @@ impl DiskStorage {
             .remove_all_but((self.snapshot_meta.index, self.snapshot_meta.term))
     }
 
+    /// Installs a snapshot received from the leader as a file, checked and
+    /// durable under the temporary name `tmp` (see `super::snapstream`):
+    /// renamed into place, then it replaces the log, as
+    /// [`Self::apply_snapshot`] does. One no newer than the latest is
+    /// removed instead.
+    pub fn install_snapshot_file(
+        &mut self,
+        meta: &SnapshotMetadata,
+        tmp: &Path,
+    ) -> Result<(), StorageError> {
+        if meta.index <= self.snapshot_meta.index {
+            let _ = std::fs::remove_file(tmp);
+            return Ok(());
+        }
+        self.synced.lower(Mark {
+            index: meta.index,
+            term: meta.term,
+        })?;
+        self.snaps.adopt(tmp, meta)?;
+        self.replace_log_with(meta)?;
+        self.snapshot_meta = meta.clone();
+        self.snaps
+            .remove_all_but((self.snapshot_meta.index, self.snapshot_meta.term))
+    }
+
     /// Drops the whole log: it starts after `meta`'s index, with `meta`'s
     /// group; the hard state covers it. Synced.
     fn replace_log_with(&mut self, meta: &SnapshotMetadata) -> Result<(), StorageError> {
+        // One journaled clear of the whole log, not a tombstone per entry
+        // (tens of thousands of them held a follower's core for a quarter
+        // of a second). Cleared first: a stop before the new base is
+        // stored leaves an empty log behind the snapshot, which the next
+        // start finishes installing; never entries of the old log read as
+        // following the new base.
+        self.log.clear()?;
         let mut batch = self.db.batch();
-        for i in self.base.0 + 1..=self.last() {
-            batch.remove(&self.log, log_key(i));
-        }
         let mut base = [0u8; 16];
         base[..8].copy_from_slice(&meta.index.to_be_bytes());
         base[8..].copy_from_slice(&meta.term.to_be_bytes());
@@ -660,16 +700,38 @@ impl raft::Storage for DiskStorage {
     }
 
     fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        // Snapshots are taken by the raft task as it applies; a follower far
+        // Snapshots are taken by the core as it applies; a follower far
         // enough behind gets the latest one, and raft catches it up with the
-        // log after it.
-        match self.load_snapshot() {
-            Ok(Some(snap)) => Ok(snap),
-            Ok(None) => Err(raft::Error::Store(
+        // log after it. The message carries a descriptor of the file, not
+        // the tree: the file is streamed to the follower off the core
+        // (`super::snapstream`).
+        if self.snapshot_meta.index == 0 {
+            return Err(raft::Error::Store(
                 RaftStorageError::SnapshotTemporarilyUnavailable,
-            )),
-            Err(e) => Err(other(e)),
+            ));
         }
+        if self.inline_snapshots {
+            return match self.load_snapshot() {
+                Ok(Some(snap)) => Ok(snap),
+                Ok(None) => Err(raft::Error::Store(
+                    RaftStorageError::SnapshotTemporarilyUnavailable,
+                )),
+                Err(e) => Err(other(e)),
+            };
+        }
+        let m = &self.snapshot_meta;
+        let (file_bytes, checksum) = self.snaps.describe(m.index, m.term).map_err(other)?;
+        let mut snap = Snapshot {
+            data: Descriptor {
+                file_bytes,
+                checksum,
+            }
+            .encode()
+            .into(),
+            ..Default::default()
+        };
+        snap.set_metadata(m.clone());
+        Ok(snap)
     }
 }
 

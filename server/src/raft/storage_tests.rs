@@ -2,6 +2,7 @@
 //! watermark on a real fjall database in a temp dir.
 
 use super::*;
+use crate::raft::snapfile;
 use raft::Storage;
 
 fn open(dir: &Path) -> Result<DiskStorage, StorageError> {
@@ -379,5 +380,63 @@ fn a_snapshot_written_late_never_replaces_a_newer_one() {
     s.snap_dir().write(&newer, b"tree@10").unwrap();
     assert!(s.snapshot_written(newer).unwrap());
     assert_eq!(s.snap_dir().list().unwrap(), vec![(10, 1)]);
-    assert_eq!(&s.snapshot(0, 0).unwrap().data[..], b"tree@10");
+    assert_eq!(&s.load_snapshot().unwrap().unwrap().data[..], b"tree@10");
+    // Raft's snapshot for a follower describes the file (it is streamed).
+    let file = std::fs::read(s.snapshot_path()).unwrap();
+    let sent = s.snapshot(0, 0).unwrap();
+    assert_eq!(sent.get_metadata().index, 10);
+    let d = crate::raft::snapstream::Descriptor::parse(&sent.data)
+        .expect("a descriptor")
+        .unwrap();
+    assert_eq!(d.file_bytes, file.len() as u64);
+    let trailer = u64::from_le_bytes(file[file.len() - 8..].try_into().unwrap());
+    assert_eq!(d.checksum, trailer);
+}
+
+#[test]
+fn a_received_snapshot_file_replaces_the_whole_log_and_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut meta = SnapshotMetadata {
+        index: 10,
+        term: 2,
+        ..Default::default()
+    };
+    meta.mut_conf_state().voters = vec![1, 2, 3];
+    {
+        let mut s = open(dir.path()).unwrap();
+        s.bootstrap(vec![1, 2, 3]).unwrap();
+        // A log of another term that runs past the snapshot: all of it
+        // goes, the entries after 10 too.
+        let entries: Vec<Entry> = (1..=20).map(|i| entry(i, 1, b"old")).collect();
+        s.append(&entries).unwrap();
+        s.sync().unwrap();
+        // Received and fsynced under a temporary name, as the receiver
+        // leaves it.
+        let tmp = s.snap_dir().receive_path(10, 2, 1);
+        std::fs::write(&tmp, snapfile::encode(&meta, b"tree@10").unwrap()).unwrap();
+        s.install_snapshot_file(&meta, &tmp).unwrap();
+        assert!(!tmp.exists(), "renamed into place");
+        assert_eq!(s.snapshot_index(), 10);
+        assert_eq!(s.first_index().unwrap(), 11);
+        assert_eq!(s.last_index().unwrap(), 10);
+        // One no newer is dropped, its file removed.
+        let tmp = s.snap_dir().receive_path(10, 2, 2);
+        std::fs::write(&tmp, b"whatever").unwrap();
+        s.install_snapshot_file(&meta, &tmp).unwrap();
+        assert!(!tmp.exists());
+        s.append(&[entry(11, 2, b"new")]).unwrap();
+        s.sync().unwrap();
+    }
+    let s = open(dir.path()).unwrap();
+    assert_eq!(s.first_index().unwrap(), 11);
+    assert_eq!(s.last_index().unwrap(), 11);
+    assert_eq!(s.term(10).unwrap(), 2);
+    assert_eq!(s.term(11).unwrap(), 2);
+    assert_eq!(
+        s.entries(11, 12, None, GetEntriesContext::empty(false))
+            .unwrap(),
+        vec![entry(11, 2, b"new")]
+    );
+    assert_eq!(&s.load_snapshot().unwrap().unwrap().data[..], b"tree@10");
+    assert_eq!(s.snap_dir().list().unwrap(), vec![(10, 2)]);
 }

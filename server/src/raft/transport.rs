@@ -12,8 +12,12 @@
 //!
 //! Inbound connections are accepted on `--peer-listen`; every frame read is
 //! forwarded to the core. Frames are `u32` big-endian length + one
-//! [`PeerFrame`], bounded by [`PEER_FRAME_BYTES_MAX`] (snapshots travel in
-//! one frame).
+//! [`PeerFrame`], bounded by [`PEER_FRAME_BYTES_MAX`].
+//!
+//! Snapshots do not travel on these links: [`Transport::send_snapshot`]
+//! streams one on a connection of its own ([`super::snapstream`]), whose
+//! first frame (an offer) makes the listener hand it to the receiver
+//! instead of the core.
 //!
 //! With TLS on, every link is mutual TLS ([`PeerLinks::Tls`]): both ends
 //! present a certificate that must chain to the cluster's CA, so a process
@@ -30,12 +34,13 @@ use prost::Message as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::codec::{Framed, FramedWrite};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 use warden_protocol::FrameCodec;
 
-use crate::proto::PeerFrame;
+use super::snapstream::{self, Descriptor, Offered, Outcome, Received, SendJob};
+use crate::proto::{peer_frame, PeerFrame};
 use crate::tls::{PeerTls, Stream, Tls, HANDSHAKE_TIMEOUT};
 
 /// How links between peers are secured.
@@ -63,7 +68,7 @@ impl PeerLinks {
     }
 }
 
-/// Largest frame between servers (a snapshot is one frame).
+/// Largest frame between servers (an old-style snapshot was one frame).
 pub const PEER_FRAME_BYTES_MAX: usize = 1024 * 1024 * 1024;
 /// Frames queued for one peer before new ones are dropped. Raft needs few:
 /// at most `max_inflight_msgs` appends, plus heartbeats and answers; a deep
@@ -76,7 +81,7 @@ const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
-type PeerCodec = FrameCodec<PeerFrame, PeerFrame>;
+pub(crate) type PeerCodec = FrameCodec<PeerFrame, PeerFrame>;
 
 /// What the peer port hands the core.
 #[derive(Debug)]
@@ -88,9 +93,13 @@ pub enum PeerEvent {
     Closed {
         from: u64,
     },
+    /// A leader offers a snapshot on a connection of its own: may it come?
+    SnapshotOffered(Offered),
+    /// A snapshot received whole, checked and built: to be installed.
+    SnapshotReceived(Box<Received>),
 }
 
-fn codec() -> PeerCodec {
+pub(crate) fn codec() -> PeerCodec {
     PeerCodec::with_limit(PEER_FRAME_BYTES_MAX)
 }
 
@@ -101,6 +110,7 @@ pub struct Transport {
     links: PeerLinks,
     peers: HashMap<u64, Peer>,
     stop: CancellationToken,
+    snapshots: SnapshotSends,
 }
 
 struct Peer {
@@ -109,6 +119,31 @@ struct Peer {
     /// Bytes of the frames in `queue`, shared with the peer's task.
     queued_bytes: Arc<QueueBytes>,
     stop: CancellationToken,
+    /// The snapshot transfer to this peer in flight: its number and what
+    /// cancels it.
+    sending: Option<(u64, CancellationToken)>,
+}
+
+/// How snapshots are streamed, and their transfers' outcomes.
+struct SnapshotSends {
+    /// Bytes per chunk (`--snapshot-chunk-bytes`).
+    chunk_bytes: usize,
+    /// Test only: how many of the next transfers get a byte flipped.
+    corrupt: u64,
+    seq: u64,
+    done_tx: std::sync::mpsc::Sender<SnapshotSent>,
+    done_rx: std::sync::mpsc::Receiver<SnapshotSent>,
+}
+
+/// How a snapshot transfer to a peer ended.
+#[derive(Debug)]
+pub struct SnapshotSent {
+    pub to: u64,
+    pub index: u64,
+    /// Installed or not needed (`Ok`), or what went wrong.
+    pub result: Result<Outcome, String>,
+    pub took: Duration,
+    seq: u64,
 }
 
 /// A frame on its way to a peer, with its encoded size.
@@ -153,7 +188,112 @@ impl Transport {
             links,
             peers: HashMap::new(),
             stop: CancellationToken::new(),
+            snapshots: {
+                let (done_tx, done_rx) = std::sync::mpsc::channel();
+                SnapshotSends {
+                    chunk_bytes: snapstream::CHUNK_BYTES_DEFAULT,
+                    corrupt: 0,
+                    seq: 0,
+                    done_tx,
+                    done_rx,
+                }
+            },
         }
+    }
+
+    /// Chunk size of snapshot transfers; `corrupt`: how many of the next
+    /// transfers get a byte flipped (tests of the receiver's check only).
+    pub fn set_snapshot_options(&mut self, chunk_bytes: usize, corrupt: u64) {
+        self.snapshots.chunk_bytes = chunk_bytes.clamp(1, snapstream::CHUNK_BYTES_MAX);
+        self.snapshots.corrupt = corrupt;
+    }
+
+    /// Streams the snapshot file at `path`, described by `descriptor`, to
+    /// `to` on a connection of its own (see [`super::snapstream`]); `msg`
+    /// is the encoded MsgSnapshot. A transfer to `to` in flight is
+    /// cancelled: one per peer. The outcome comes back through
+    /// [`Self::snapshot_results`]; an error here means none started.
+    pub fn send_snapshot(
+        &mut self,
+        to: u64,
+        index: u64,
+        msg: Vec<u8>,
+        path: &std::path::Path,
+        descriptor: Descriptor,
+    ) -> Result<(), String> {
+        let Some(peer) = self.peers.get_mut(&to) else {
+            return Err(format!("peer {to} is unknown"));
+        };
+        if let PeerLinks::Refused = self.links {
+            return Err("TLS is on without --tls-ca: peer links cannot be secured".into());
+        }
+        let file =
+            std::fs::File::open(path).map_err(|e| format!("opening {}: {e}", path.display()))?;
+        if let Some((_, cancel)) = peer.sending.take() {
+            cancel.cancel();
+        }
+        let sends = &mut self.snapshots;
+        sends.seq += 1;
+        let seq = sends.seq;
+        let cancel = peer.stop.child_token();
+        peer.sending = Some((seq, cancel.clone()));
+        let corrupt = sends.corrupt > 0;
+        sends.corrupt = sends.corrupt.saturating_sub(1);
+        let job = SendJob {
+            me: self.me,
+            msg,
+            file,
+            descriptor,
+            chunk_bytes: sends.chunk_bytes,
+            corrupt,
+            stall: snapstream::STALL_TIMEOUT,
+        };
+        let addr = peer.addr.clone();
+        let links = self.links.clone();
+        let done = sends.done_tx.clone();
+        let span = tracing::info_span!("snapshot_send", to, index);
+        self.runtime.spawn(
+            async move {
+                let started = std::time::Instant::now();
+                let transfer = async {
+                    let stream = dial(&addr, &links, &cancel).await?;
+                    snapstream::send(stream, job).await
+                };
+                let result = tokio::select! {
+                    _ = cancel.cancelled() => Err("cancelled (a newer transfer, or the peer went)".to_string()),
+                    r = transfer => r,
+                };
+                let _ = done.send(SnapshotSent {
+                    to,
+                    index,
+                    result,
+                    took: started.elapsed(),
+                    seq,
+                });
+            }
+            .instrument(span),
+        );
+        Ok(())
+    }
+
+    /// Transfers that ended since the last call (those a newer transfer
+    /// replaced are left out: raft hears of the newer one).
+    pub fn snapshot_results(&mut self) -> Vec<SnapshotSent> {
+        let mut out = Vec::new();
+        while let Ok(sent) = self.snapshots.done_rx.try_recv() {
+            let Some(peer) = self.peers.get_mut(&sent.to) else {
+                continue;
+            };
+            match peer.sending.as_ref().map(|(seq, _)| *seq) {
+                // Replaced by a newer transfer: raft hears of that one.
+                Some(seq) if seq != sent.seq => continue,
+                // This one, or one whose peer was re-addressed meanwhile
+                // (cancelled: raft must hear it failed).
+                _ => peer.sending = None,
+            }
+            out.push(sent);
+        }
+        out
     }
 
     /// Adds (or re-addresses) a peer. The local node is ignored.
@@ -188,6 +328,7 @@ impl Transport {
                 queue: tx,
                 queued_bytes,
                 stop,
+                sending: None,
             },
         );
     }
@@ -357,6 +498,23 @@ async fn outbound(
     }
 }
 
+/// A connection of its own to a peer (a snapshot transfer's), secured as
+/// every peer link is.
+async fn dial(addr: &str, links: &PeerLinks, stop: &CancellationToken) -> Result<Stream, String> {
+    let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| format!("connecting to {addr}: timed out"))?
+        .map_err(|e| format!("connecting to {addr}: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    match links {
+        PeerLinks::Plain => Ok(Stream::from(tcp)),
+        PeerLinks::Tls(tls) => tls_connect(tls, addr, tcp, stop)
+            .await
+            .ok_or_else(|| format!("TLS with {addr} failed (logged)")),
+        PeerLinks::Refused => Err("TLS is on without --tls-ca".into()),
+    }
+}
+
 /// The client side of a peer link's TLS handshake. The peer's certificate
 /// must chain to the cluster's CA *and* name the host we dialled (its SAN,
 /// as any TLS client checks): a certificate of the cluster stolen from one
@@ -452,7 +610,7 @@ async fn inbound(
             return;
         }
     };
-    let mut frames = FramedRead::new(stream, codec());
+    let mut frames = Framed::new(stream, codec());
     // Who sends on this connection (the first frame says; the core drops
     // frames from non-members).
     let mut sender = None;
@@ -463,6 +621,13 @@ async fn inbound(
         };
         match next {
             Some(Ok(frame)) => {
+                if sender.is_none() {
+                    if let Some(peer_frame::Kind::SnapshotOffer(offer)) = frame.kind {
+                        // A snapshot transfer's own connection: not the
+                        // core's, and its end says nothing of the leader.
+                        return snapstream::receive(frames, frame.from, offer, deliver, stop).await;
+                    }
+                }
                 sender.get_or_insert(frame.from);
                 if deliver.send(PeerEvent::Frame(frame)).await.is_err() {
                     return;
