@@ -11,7 +11,12 @@
 //! the group, wiped and added back), `clock-jump`/`clock-reset` (a node's
 //! wall clock, usually the leader's, jumps minutes to an hour forward or
 //! back while it runs, then returns; TTL leases must expire neither early
-//! nor late).
+//! nor late), `lose-unsynced`/`rejoin` (nodes — the leader, one, a
+//! minority or all of them — killed with SIGKILL as a power failure would,
+//! every write they did not fsync dropped by the [`crate::faultfs`] layer
+//! their data dirs are on, then started again: each must serve or refuse
+//! with a clear message; a refused node is removed, wiped and added back
+//! as after `corrupt`).
 //!
 //! With `overlap`, process faults (kill, pause, membership, restart-all)
 //! and network faults (partition, client-partition) run in two lanes at
@@ -45,10 +50,11 @@ pub enum Fault {
     ClientPartition,
     Corrupt,
     Clock,
+    LoseUnsynced,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 8] = [
+    pub const ALL: [Fault; 9] = [
         Fault::Kill,
         Fault::Pause,
         Fault::Partition,
@@ -57,6 +63,7 @@ impl Fault {
         Fault::ClientPartition,
         Fault::Corrupt,
         Fault::Clock,
+        Fault::LoseUnsynced,
     ];
 
     /// A fault of the network (the overlap's second lane), not of processes.
@@ -74,6 +81,7 @@ impl Fault {
             Fault::ClientPartition => "client-partition",
             Fault::Corrupt => "corrupt",
             Fault::Clock => "clock",
+            Fault::LoseUnsynced => "lose-unsynced",
         }
     }
 }
@@ -231,7 +239,7 @@ async fn lane(
         let retry = matches!(
             undo,
             Undo::Membership(_) | Undo::Recover { refused: true, .. }
-        );
+        ) || matches!(undo, Undo::Rejoin(s) if !s.ids().is_empty());
         if !stop(&mut c, &history, undo, &mut tally).await && retry {
             // Retried by the final heal.
             removed = Some(undo);
@@ -258,6 +266,8 @@ enum Undo {
     },
     /// Clocks of these nodes back to the real time.
     ClockReset(NodeSet),
+    /// After `lose-unsynced`: re-add these nodes (they refused to start).
+    Rejoin(NodeSet),
 }
 
 /// A small set of node ids (bit i = node i).
@@ -420,6 +430,56 @@ async fn start(
             history.ok(&inv, value);
             Undo::Recover { id, refused }
         }
+        Fault::LoseUnsynced => {
+            // A third of the time every node at once (a power failure of
+            // the whole cluster: where a server that acknowledges before
+            // fsync loses committed writes), else the leader, one node or
+            // a minority (a follower that lost what it acknowledged).
+            let (how, nodes) = if rng.random_bool(1.0 / 3.0) {
+                ("all".to_string(), c.ids())
+            } else {
+                targets(c, rng).await
+            };
+            let majority_kept = minority(&nodes, c);
+            let inv = history.invoke(
+                Process::NEMESIS,
+                "lose-unsynced",
+                json!({"targets": how, "nodes": nodes, "majority_kept": majority_kept}),
+            );
+            let mut lost = Vec::new();
+            for &id in &nodes {
+                c.kill(id);
+            }
+            for &id in &nodes {
+                match c.lose_unsynced(id) {
+                    Ok(l) => lost.push(json!({"node": id, "files": l.files, "bytes": l.bytes})),
+                    Err(e) => tally
+                        .errors
+                        .push(format!("lose-unsynced on node {id}: {e}")),
+                }
+            }
+            let mut outcomes = Vec::new();
+            let mut refused = Vec::new();
+            for (id, r) in c.try_restart_all(&nodes).await {
+                match r {
+                    Ok(()) => outcomes.push(json!({"node": id, "outcome": "started"})),
+                    Err(why) => {
+                        outcomes.push(json!({"node": id, "outcome": format!("refused: {why}")}));
+                        refused.push(id);
+                    }
+                }
+            }
+            let value = json!({
+                "targets": how,
+                "nodes": nodes,
+                "lost": lost,
+                "outcomes": outcomes,
+                "refused": refused,
+                "majority_kept": majority_kept,
+            });
+            history.ok(&inv, value);
+            Undo::Rejoin(NodeSet::of(&refused))
+        }
         Fault::Membership => {
             let ids = c.ids();
             let id = *ids.choose(rng).expect("nodes");
@@ -489,6 +549,7 @@ async fn stop(c: &mut Cluster, history: &History, undo: Undo, tally: &mut Tally)
         Undo::StartAll => ("start-all", json!({"nodes": c.ids()})),
         Undo::Recover { id, refused } => ("recover", json!({"node": id, "rejoin": refused})),
         Undo::ClockReset(s) => ("clock-reset", json!({"nodes": s.ids()})),
+        Undo::Rejoin(s) => ("rejoin", json!({"nodes": s.ids()})),
     };
     let inv = history.invoke(Process::NEMESIS, f, value.clone());
     let result = match undo {
@@ -547,6 +608,17 @@ async fn stop(c: &mut Cluster, history: &History, undo: Undo, tally: &mut Tally)
             .ids()
             .into_iter()
             .try_for_each(|id| c.set_clock_offset(id, 0)),
+        // As after `corrupt`: remove, wipe, add back.
+        Undo::Rejoin(s) => {
+            let mut r = Ok(());
+            for id in s.ids() {
+                r = r.and(match c.remove_member(id).await {
+                    Ok(()) => c.add_member(id).await,
+                    Err(e) => Err(e),
+                });
+            }
+            r
+        }
     };
     match result {
         Ok(()) => {

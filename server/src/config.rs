@@ -113,6 +113,12 @@ pub struct ServeArgs {
     /// catch it.
     #[arg(long, hide = true, env = "WARDEN_UNSAFE_SKIP_READ_INDEX")]
     pub unsafe_skip_read_index: bool,
+    /// KNOWN-BAD, for the Jepsen selftest only: the Raft log's sync hands
+    /// writes to the OS without fsync, so entries this server acknowledged
+    /// are lost when its machine loses power (the suite's `lose-unsynced`
+    /// nemesis). The suite must catch it.
+    #[arg(long, hide = true, env = "WARDEN_UNSAFE_SKIP_FSYNC")]
+    pub unsafe_skip_fsync: bool,
     /// This server's certificate chain (PEM). With --tls-key, the client,
     /// ZooKeeper and HTTP ports speak TLS only.
     #[arg(long, value_name = "FILE", env = "WARDEN_TLS_CERT")]
@@ -224,6 +230,8 @@ pub struct Config {
     pub clock_offset_file: Option<std::path::PathBuf>,
     /// Known-bad: linearizable reads without ReadIndex (selftest only).
     pub unsafe_skip_read_index: bool,
+    /// Known-bad: the Raft log is never fsynced (selftest only).
+    pub unsafe_skip_fsync: bool,
     /// TLS for the doors and the peer links; `None`: plaintext everywhere.
     pub tls: Option<crate::tls::Tls>,
     pub limits: Limits,
@@ -355,6 +363,7 @@ impl ServeArgs {
             clock_offset_ms: self.clock_offset_ms,
             clock_offset_file: self.clock_offset_file.clone(),
             unsafe_skip_read_index: self.unsafe_skip_read_index,
+            unsafe_skip_fsync: self.unsafe_skip_fsync,
             tls,
             limits,
             auth,

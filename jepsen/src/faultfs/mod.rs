@@ -50,7 +50,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, LockOwner, OpenFlags,
     RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use cache::Dirty;
@@ -186,11 +186,13 @@ impl State {
     }
 
     fn dirty(&mut self, ino: u64, file: &File) -> Result<&mut Dirty, Errno> {
-        if !self.dirty.contains_key(&ino) {
-            let len = file.metadata().map_err(Errno::from)?.len();
-            self.dirty.insert(ino, Dirty::new(len));
+        match self.dirty.entry(ino) {
+            std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let len = file.metadata().map_err(Errno::from)?.len();
+                Ok(e.insert(Dirty::new(len)))
+            }
         }
-        Ok(self.dirty.get_mut(&ino).expect("inserted above"))
     }
 
     fn sync(&mut self, ino: u64, file: &File) -> Result<(), Errno> {
@@ -630,6 +632,27 @@ impl fuser::Filesystem for FaultFs {
             st.f_namemax as u32,
             st.f_frsize as u32,
         );
+    }
+
+    // No extended attributes (the kernel asks for security.capability on
+    // every write).
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        reply.error(Errno::from_i32(libc::ENODATA));
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if size == 0 {
+            reply.size(0);
+        } else {
+            reply.data(&[]);
+        }
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
