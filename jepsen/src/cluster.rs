@@ -499,10 +499,22 @@ impl Cluster {
         })
     }
 
-    /// The last `n` lines of node `id`'s log, joined with ` | `.
+    /// The last `n` lines of node `id`'s log, joined with ` | ` (without
+    /// the frames of a panic's backtrace, so the panic's message shows).
     pub fn log_tail(&self, id: u64, n: usize) -> String {
         let text = std::fs::read_to_string(&self.node(id).log_path).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        let frame = |l: &str| {
+            let t = l.trim_start();
+            t.starts_with("at ")
+                || t == "stack backtrace:"
+                || t.starts_with("note: Some details are omitted")
+                || t.split_once(": ")
+                    .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+        };
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !frame(l))
+            .collect();
         lines[lines.len().saturating_sub(n)..].join(" | ")
     }
 
