@@ -452,7 +452,9 @@ async fn start(
             }
             for &id in &nodes {
                 match c.lose_unsynced(id) {
-                    Ok(l) => lost.push(json!({"node": id, "files": l.files, "bytes": l.bytes})),
+                    Ok(l) => lost.push(
+                        json!({"node": id, "files": l.files, "bytes": l.bytes, "by_file": l.by_file}),
+                    ),
                     Err(e) => tally
                         .errors
                         .push(format!("lose-unsynced on node {id}: {e}")),

@@ -59,11 +59,16 @@ use cache::Dirty;
 /// it when a crash drops writes.
 const TTL: Duration = Duration::ZERO;
 
-/// What a crash dropped.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+/// What a crash dropped (or what is unsynced now).
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Lost {
+    /// Files with unsynced pages.
     pub files: u64,
+    /// Unsynced bytes (whole pages).
     pub bytes: u64,
+    /// Each file's path under the mount (or `#<inode>` for one no longer
+    /// named) and its unsynced bytes, by path.
+    pub by_file: Vec<(String, u64)>,
 }
 
 /// The layer's state, shared by the FUSE thread and [`Layer`].
@@ -192,6 +197,27 @@ impl State {
                 let len = file.metadata().map_err(Errno::from)?.len();
                 Ok(e.insert(Dirty::new(len)))
             }
+        }
+    }
+
+    fn unsynced(&self) -> Lost {
+        let mut by_file: Vec<(String, u64)> = self
+            .dirty
+            .iter()
+            .filter(|(_, d)| !d.is_empty())
+            .map(|(ino, d)| {
+                let name = self
+                    .paths
+                    .get(ino)
+                    .map_or_else(|| format!("#{ino}"), |p| p.display().to_string());
+                (name, d.bytes())
+            })
+            .collect();
+        by_file.sort();
+        Lost {
+            files: by_file.len() as u64,
+            bytes: by_file.iter().map(|(_, b)| b).sum(),
+            by_file,
         }
     }
 
@@ -751,21 +777,17 @@ impl Layer {
     /// files: after a kill, before the next start).
     pub fn crash(&self) -> Lost {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let lost = Lost {
-            files: s.dirty.values().filter(|d| !d.is_empty()).count() as u64,
-            bytes: s.dirty.values().map(Dirty::bytes).sum(),
-        };
+        let lost = s.unsynced();
         s.dirty.clear();
         lost
     }
 
     /// Unsynced bytes held now.
     pub fn unsynced(&self) -> Lost {
-        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        Lost {
-            files: s.dirty.values().filter(|d| !d.is_empty()).count() as u64,
-            bytes: s.dirty.values().map(Dirty::bytes).sum(),
-        }
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .unsynced()
     }
 }
 
@@ -828,7 +850,15 @@ mod tests {
             b"synced;",
             "the backing file holds only what was synced"
         );
-        assert_eq!(layer.unsynced().files, 2);
+        let unsynced = layer.unsynced();
+        assert_eq!(unsynced.files, 2);
+        assert_eq!(
+            unsynced.by_file,
+            [
+                ("raft/0.jnl".to_string(), 4096),
+                ("renamed".to_string(), 4096)
+            ]
+        );
         drop(f);
 
         let lost = layer.crash();
