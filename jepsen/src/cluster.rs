@@ -23,6 +23,8 @@ pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// A member this close to the commit index counts as caught up (status
 /// reports are periodic, so under load a healthy member lags a little).
 pub const CAUGHT_UP_LAG: u64 = 1000;
+/// Where the `lose-unsynced` nemesis leaves its durability markers.
+pub const MARKER_ROOT: &str = "/jepsen-durability";
 /// How often readiness is polled.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -534,6 +536,69 @@ impl Cluster {
                  runs with the lose-unsynced nemesis)"
                     .into(),
             )),
+        }
+    }
+
+    /// Creates the durability marker `name` (a znode under [`MARKER_ROOT`])
+    /// through the first live node that acknowledges it, on the nodes' own
+    /// ports: a write the cluster has promised to keep. `Err` if none did.
+    pub async fn write_marker(&mut self, name: &str) -> Result<String> {
+        let path = format!("{MARKER_ROOT}/{name}");
+        let mut last = String::from("no live node");
+        for id in self.ids() {
+            if !self.is_up(id) {
+                continue;
+            }
+            let addr = format!("127.0.0.1:{}", self.node(id).client_port);
+            let work = async {
+                let c = admin_client(&addr).await?;
+                let _ = c
+                    .create(MARKER_ROOT, b"", warden_client::CreateOptions::persistent())
+                    .await;
+                let r = c
+                    .create(&path, b"", warden_client::CreateOptions::persistent())
+                    .await;
+                let _ = c.close().await;
+                r
+            };
+            match tokio::time::timeout(ADMIN_TIMEOUT, work).await {
+                Ok(Ok(_)) => return Ok(path),
+                Ok(Err(e)) => last = format!("node {id}: {e}"),
+                Err(_) => last = format!("node {id}: timed out"),
+            }
+        }
+        Err(ClusterError::Other(format!(
+            "durability marker not written: {last}"
+        )))
+    }
+
+    /// Whether the znode `path` exists, by a linearizable read on the first
+    /// live node that answers within `timeout` (retried until then).
+    pub async fn marker_exists(&mut self, path: &str, timeout: Duration) -> Result<bool> {
+        let deadline = Instant::now() + timeout;
+        let mut last = String::from("no live node");
+        loop {
+            for id in self.ids() {
+                if !self.is_up(id) {
+                    continue;
+                }
+                let addr = format!("127.0.0.1:{}", self.node(id).client_port);
+                let work = async {
+                    let c = admin_client(&addr).await?;
+                    let r = c.exists_linearizable(path).await;
+                    let _ = c.close().await;
+                    r
+                };
+                match tokio::time::timeout(ADMIN_TIMEOUT, work).await {
+                    Ok(Ok(stat)) => return Ok(stat.is_some()),
+                    Ok(Err(e)) => last = format!("node {id}: {e}"),
+                    Err(_) => last = format!("node {id}: timed out"),
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(ClusterError::Other(format!("cannot read {path}: {last}")));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 

@@ -239,7 +239,7 @@ async fn lane(
         let retry = matches!(
             undo,
             Undo::Membership(_) | Undo::Recover { refused: true, .. }
-        ) || matches!(undo, Undo::Rejoin(s) if !s.ids().is_empty());
+        ) || matches!(undo, Undo::Rejoin(s, _) if !s.ids().is_empty());
         if !stop(&mut c, &history, undo, &mut tally).await && retry {
             // Retried by the final heal.
             removed = Some(undo);
@@ -266,8 +266,10 @@ enum Undo {
     },
     /// Clocks of these nodes back to the real time.
     ClockReset(NodeSet),
-    /// After `lose-unsynced`: re-add these nodes (they refused to start).
-    Rejoin(NodeSet),
+    /// After `lose-unsynced`: re-add these nodes (they refused to start),
+    /// then look for the durability marker written before the kill (named
+    /// by the fault's history index; `None`: none was acknowledged).
+    Rejoin(NodeSet, Option<u64>),
 }
 
 /// A small set of node ids (bit i = node i).
@@ -446,6 +448,16 @@ async fn start(
                 "lose-unsynced",
                 json!({"targets": how, "nodes": nodes, "majority_kept": majority_kept}),
             );
+            // A write acknowledged just before the power failure: it is in
+            // every node's unsynced tail unless the server fsyncs before it
+            // answers, and must be there after the restart (see `stop`).
+            let marker = match c.write_marker(&format!("m-{}", inv.index)).await {
+                Ok(_) => Some(inv.index),
+                Err(e) => {
+                    tally.errors.push(e.to_string());
+                    None
+                }
+            };
             let mut lost = Vec::new();
             for &id in &nodes {
                 c.kill(id);
@@ -480,7 +492,7 @@ async fn start(
                 "majority_kept": majority_kept,
             });
             history.ok(&inv, value);
-            Undo::Rejoin(NodeSet::of(&refused))
+            Undo::Rejoin(NodeSet::of(&refused), marker)
         }
         Fault::Membership => {
             let ids = c.ids();
@@ -541,7 +553,7 @@ async fn start(
 
 /// Ends a fault; false if that failed.
 async fn stop(c: &mut Cluster, history: &History, undo: Undo, tally: &mut Tally) -> bool {
-    let (f, value) = match undo {
+    let (f, mut value) = match undo {
         Undo::Nothing => return true,
         Undo::Restart(s) => ("restart", json!({"nodes": s.ids()})),
         Undo::Resume(s) => ("resume", json!({"nodes": s.ids()})),
@@ -551,7 +563,10 @@ async fn stop(c: &mut Cluster, history: &History, undo: Undo, tally: &mut Tally)
         Undo::StartAll => ("start-all", json!({"nodes": c.ids()})),
         Undo::Recover { id, refused } => ("recover", json!({"node": id, "rejoin": refused})),
         Undo::ClockReset(s) => ("clock-reset", json!({"nodes": s.ids()})),
-        Undo::Rejoin(s) => ("rejoin", json!({"nodes": s.ids()})),
+        Undo::Rejoin(s, marker) => (
+            "rejoin",
+            json!({"nodes": s.ids(), "marker": marker.map(marker_path)}),
+        ),
     };
     let inv = history.invoke(Process::NEMESIS, f, value.clone());
     let result = match undo {
@@ -611,13 +626,24 @@ async fn stop(c: &mut Cluster, history: &History, undo: Undo, tally: &mut Tally)
             .into_iter()
             .try_for_each(|id| c.set_clock_offset(id, 0)),
         // As after `corrupt`: remove, wipe, add back.
-        Undo::Rejoin(s) => {
+        Undo::Rejoin(s, marker) => {
             let mut r = Ok(());
             for id in s.ids() {
                 r = r.and(match c.remove_member(id).await {
                     Ok(()) => c.add_member(id).await,
                     Err(e) => Err(e),
                 });
+            }
+            // The marker acknowledged before the power failure must have
+            // survived it (run.rs: `acknowledged-write-lost`).
+            if let Some(m) = marker {
+                match c
+                    .marker_exists(&marker_path(m), crate::cluster::CLUSTER_READY_TIMEOUT)
+                    .await
+                {
+                    Ok(found) => value["marker_found"] = json!(found),
+                    Err(e) => tally.errors.push(e.to_string()),
+                }
             }
             r
         }
@@ -633,6 +659,11 @@ async fn stop(c: &mut Cluster, history: &History, undo: Undo, tally: &mut Tally)
             false
         }
     }
+}
+
+/// The znode of durability marker `n` (see `Fault::LoseUnsynced`).
+fn marker_path(n: u64) -> String {
+    format!("{}/m-{n}", crate::cluster::MARKER_ROOT)
 }
 
 /// The partitions the nemesis picks from.

@@ -371,6 +371,23 @@ pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
             }
         }
     }
+    // ... and the write acknowledged just before the power failure must
+    // still be there after it.
+    for e in &events {
+        if e.f == "rejoin" && e.kind == Kind::Ok && e.value["marker_found"] == false {
+            result.valid = Validity::Invalid;
+            result.anomalies.push(Anomaly {
+                kind: "acknowledged-write-lost".into(),
+                message: format!(
+                    "{} was created and acknowledged just before a power failure, \
+                     and is gone after it",
+                    e.value["marker"]
+                ),
+                ops: vec![e.index],
+                detail: e.value.clone(),
+            });
+        }
+    }
     for (id, status) in &crashed {
         result.valid = Validity::Invalid;
         result.anomalies.push(Anomaly {
