@@ -16,7 +16,8 @@
 //! every write they did not fsync dropped by the [`crate::faultfs`] layer
 //! their data dirs are on, then started again: each must serve or refuse
 //! with a clear message; a refused node is removed, wiped and added back
-//! as after `corrupt`).
+//! as after `corrupt`; a durability marker acknowledged just before the
+//! kill must still be there at `rejoin`).
 //!
 //! With `overlap`, process faults (kill, pause, membership, restart-all)
 //! and network faults (partition, client-partition) run in two lanes at
