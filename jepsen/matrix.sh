@@ -12,7 +12,7 @@
 # Nemesis sets are separated by `;`; a set may carry extra flags
 # (`kill,pause,partition,client-partition --overlap`). The defaults cover
 # every fault alone and the overlapping mix: a full run is
-# 9 workloads x 8 sets x 3 seeds x 10 min, about 12 hours.
+# 9 workloads x 10 sets x 3 seeds x 10 min, about 45 hours.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,7 +21,7 @@ seeds="1 2 3"
 nodes=3
 store=store
 workloads="lock lease election register sequential ephemeral watch lock-set session-order"
-nemeses="kill;pause;partition;client-partition;membership;restart-all;corrupt;clock;kill,pause,partition,client-partition --overlap"
+nemeses="kill;pause;partition;client-partition;membership;restart-all;corrupt;clock;lose-unsynced;kill,pause,partition,client-partition --overlap"
 while [ $# -gt 0 ]; do
     case "$1" in
         --time-limit) time_limit=$2; shift 2 ;;

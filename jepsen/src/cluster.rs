@@ -23,6 +23,8 @@ pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// A member this close to the commit index counts as caught up (status
 /// reports are periodic, so under load a healthy member lags a little).
 pub const CAUGHT_UP_LAG: u64 = 1000;
+/// Where the `lose-unsynced` nemesis leaves its durability markers.
+pub const MARKER_ROOT: &str = "/jepsen-durability";
 /// How often readiness is polled.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -40,6 +42,13 @@ pub struct ClusterOpts {
     /// Start the servers in a known-bad mode (`--unsafe-skip-read-index`),
     /// for the selftest.
     pub unsafe_server: bool,
+    /// Start the servers in the known-bad `--unsafe-skip-fsync` mode (the
+    /// Raft log never fsynced), for the selftest.
+    pub unsafe_skip_fsync: bool,
+    /// Keep each node's data dir on a [`crate::faultfs`] layer (over
+    /// `node-<id>.disk/`), so that [`Cluster::lose_unsynced`] can drop what
+    /// it did not fsync: for the `lose-unsynced` nemesis.
+    pub faultfs: bool,
 }
 
 /// One node: its ports and its process.
@@ -70,6 +79,9 @@ pub struct Cluster {
     pub net: Net,
     opts: ClusterOpts,
     nodes: Vec<Node>,
+    /// The nodes' faultfs layers (with `opts.faultfs`), by node id;
+    /// unmounted after the nodes are killed on drop.
+    layers: std::collections::HashMap<u64, crate::faultfs::Layer>,
 }
 
 /// Why cluster control failed.
@@ -127,7 +139,21 @@ impl Cluster {
                 joined: false,
             });
         }
-        let mut cluster = Cluster { net, opts, nodes };
+        let mut layers = std::collections::HashMap::new();
+        if opts.faultfs {
+            for node in &nodes {
+                let backing = opts.dir.join(format!("node-{}.disk", node.id));
+                let layer = crate::faultfs::Layer::mount(&backing, &node.data_dir)
+                    .map_err(ClusterError::Other)?;
+                layers.insert(node.id, layer);
+            }
+        }
+        let mut cluster = Cluster {
+            net,
+            opts,
+            nodes,
+            layers,
+        };
         for id in cluster.ids() {
             cluster.spawn(id)?;
         }
@@ -234,6 +260,9 @@ impl Cluster {
         }
         if opts.unsafe_server {
             cmd.arg("--unsafe-skip-read-index");
+        }
+        if opts.unsafe_skip_fsync {
+            cmd.arg("--unsafe-skip-fsync");
         }
         let child = cmd.spawn().map_err(|e| ClusterError::Node {
             id,
@@ -398,6 +427,40 @@ impl Cluster {
             return Ok(());
         }
         self.spawn(id).map_err(|e| e.to_string())?;
+        self.await_started(id).await
+    }
+
+    /// [`Self::try_restart`] for several killed nodes at once: all are
+    /// started before any is waited for (a lone node of a stopped majority
+    /// may not answer until the others are up).
+    pub async fn try_restart_all(
+        &mut self,
+        ids: &[u64],
+    ) -> Vec<(u64, std::result::Result<(), String>)> {
+        // `None`: spawned, to be waited for.
+        let mut spawned: Vec<(u64, Option<std::result::Result<(), String>>)> = Vec::new();
+        for &id in ids {
+            let r = if self.node(id).child.is_some() {
+                Some(Ok(()))
+            } else {
+                self.spawn(id).err().map(|e| Err(e.to_string()))
+            };
+            spawned.push((id, r));
+        }
+        let mut out = Vec::new();
+        for (id, r) in spawned {
+            let r = match r {
+                Some(done) => done,
+                None => self.await_started(id).await,
+            };
+            out.push((id, r));
+        }
+        out
+    }
+
+    /// Waits until a just spawned node answers (see [`Self::try_restart`]);
+    /// kills it and says why when it does not.
+    async fn await_started(&mut self, id: u64) -> std::result::Result<(), String> {
         // Listening is not enough: a server binds its ports before it
         // opens its storage. It has started once it answers a request on
         // its own port (not the proxy, which a partition may cut).
@@ -438,11 +501,125 @@ impl Cluster {
         })
     }
 
-    /// The last `n` lines of node `id`'s log, joined with ` | `.
+    /// The last `n` lines of node `id`'s log, joined with ` | ` (without
+    /// the frames of a panic's backtrace, so the panic's message shows).
     pub fn log_tail(&self, id: u64, n: usize) -> String {
         let text = std::fs::read_to_string(&self.node(id).log_path).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        let frame = |l: &str| {
+            let t = l.trim_start();
+            t.starts_with("at ")
+                || t == "stack backtrace:"
+                || t.starts_with("note: Some details are omitted")
+                || t.split_once(": ")
+                    .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+        };
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !frame(l))
+            .collect();
         lines[lines.len().saturating_sub(n)..].join(" | ")
+    }
+
+    /// Drops every write node `id` did not fsync, as a power failure would
+    /// (the node must be down: call it between [`Self::kill`] and a
+    /// restart). `Err` when the cluster runs without the layer.
+    pub fn lose_unsynced(&mut self, id: u64) -> Result<crate::faultfs::Lost> {
+        if self.node(id).child.is_some() {
+            return Err(ClusterError::Other(format!(
+                "node {id} is running: kill it before dropping its unsynced writes"
+            )));
+        }
+        match self.layers.get(&id) {
+            Some(layer) => Ok(layer.crash()),
+            None => Err(ClusterError::Other(
+                "the nodes do not run on the faultfs layer (it is mounted only for \
+                 runs with the lose-unsynced nemesis)"
+                    .into(),
+            )),
+        }
+    }
+
+    /// Creates the durability marker `name` (a znode under [`MARKER_ROOT`])
+    /// through the first live node that acknowledges it, on the nodes' own
+    /// ports: a write the cluster has promised to keep. `Err` if none did.
+    pub async fn write_marker(&mut self, name: &str) -> Result<String> {
+        let path = format!("{MARKER_ROOT}/{name}");
+        let mut last = String::from("no live node");
+        for id in self.ids() {
+            if !self.is_up(id) {
+                continue;
+            }
+            let addr = format!("127.0.0.1:{}", self.node(id).client_port);
+            let work = async {
+                let c = admin_client(&addr).await?;
+                let _ = c
+                    .create(MARKER_ROOT, b"", warden_client::CreateOptions::persistent())
+                    .await;
+                let r = c
+                    .create(&path, b"", warden_client::CreateOptions::persistent())
+                    .await;
+                let _ = c.close().await;
+                r
+            };
+            match tokio::time::timeout(ADMIN_TIMEOUT, work).await {
+                Ok(Ok(_)) => return Ok(path),
+                Ok(Err(e)) => last = format!("node {id}: {e}"),
+                Err(_) => last = format!("node {id}: timed out"),
+            }
+        }
+        Err(ClusterError::Other(format!(
+            "durability marker not written: {last}"
+        )))
+    }
+
+    /// Whether the znode `path` exists, by a linearizable read on the first
+    /// live node that answers within `timeout` (retried until then).
+    pub async fn marker_exists(&mut self, path: &str, timeout: Duration) -> Result<bool> {
+        let deadline = Instant::now() + timeout;
+        let mut last = String::from("no live node");
+        loop {
+            for id in self.ids() {
+                if !self.is_up(id) {
+                    continue;
+                }
+                let addr = format!("127.0.0.1:{}", self.node(id).client_port);
+                let work = async {
+                    let c = admin_client(&addr).await?;
+                    let r = c.exists_linearizable(path).await;
+                    let _ = c.close().await;
+                    r
+                };
+                match tokio::time::timeout(ADMIN_TIMEOUT, work).await {
+                    Ok(Ok(stat)) => return Ok(stat.is_some()),
+                    Ok(Err(e)) => last = format!("node {id}: {e}"),
+                    Err(_) => last = format!("node {id}: timed out"),
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(ClusterError::Other(format!("cannot read {path}: {last}")));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Deletes node `id`'s data (the node must be down). On the layer the
+    /// mount point stays and only what is in it goes.
+    fn wipe(&self, id: u64) {
+        let dir = &self.node(id).data_dir;
+        if self.layers.contains_key(&id) {
+            if let Ok(entries) = std::fs::read_dir(dir) {
+                for e in entries.flatten() {
+                    let p = e.path();
+                    let _ = if p.is_dir() {
+                        std::fs::remove_dir_all(&p)
+                    } else {
+                        std::fs::remove_file(&p)
+                    };
+                }
+            }
+        } else {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 
     /// SIGSTOP.
@@ -481,7 +658,7 @@ impl Cluster {
             match tokio::time::timeout(ADMIN_TIMEOUT * 2, work).await {
                 Ok(Ok(())) => {
                     self.kill(id);
-                    let _ = std::fs::remove_dir_all(&self.node(id).data_dir);
+                    self.wipe(id);
                     return Ok(());
                 }
                 Ok(Err(e)) => last = format!("asked node {other}: {e}"),
@@ -497,7 +674,7 @@ impl Cluster {
     /// once it has caught up, as a voter.
     pub async fn add_member(&mut self, id: u64) -> Result<()> {
         self.kill(id);
-        let _ = std::fs::remove_dir_all(&self.node(id).data_dir);
+        self.wipe(id);
         self.node_mut(id).joined = true;
         self.spawn(id)?;
         self.await_listening(id).await?;

@@ -366,6 +366,7 @@ pub const FAULTS: &[(&str, &str, &str)] = &[
     ("membership", "remove", "add"),
     ("restart-all", "stop-all", "start-all"),
     ("clock", "clock-jump", "clock-reset"),
+    ("lose-unsynced", "lose-unsynced", "rejoin"),
 ];
 
 /// The periods during which nemesis faults were in force, from the start

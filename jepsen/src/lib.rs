@@ -13,6 +13,7 @@ pub mod clock;
 pub mod cluster;
 pub mod convergence;
 pub mod disk;
+pub mod faultfs;
 pub mod history;
 pub mod http;
 pub mod linearizable;

@@ -89,7 +89,7 @@ struct TestArgs {
     #[arg(long, value_parser = parse_workload)]
     workload: Workload,
     /// Faults, comma-separated: kill, pause, partition, client-partition,
-    /// membership, restart-all, corrupt, clock (or none).
+    /// membership, restart-all, corrupt, clock, lose-unsynced (or none).
     #[arg(long, default_value = "kill,partition")]
     nemesis: String,
     /// Seconds of load.
@@ -120,6 +120,11 @@ struct TestArgs {
     /// be caught).
     #[arg(long)]
     unsafe_server: bool,
+    /// Start the servers in a known-bad mode: the Raft log acknowledged
+    /// without fsync (writes are lost under --nemesis lose-unsynced; must
+    /// be caught).
+    #[arg(long)]
+    unsafe_skip_fsync: bool,
     /// Use the lock workload's deliberately unsafe client (must be caught).
     #[arg(long)]
     unsafe_client: bool,
@@ -211,6 +216,7 @@ fn test_opts(args: TestArgs) -> Result<TestOpts, String> {
         bin: warden_bin(c.bin)?,
         unsafe_client: args.unsafe_client || args.unsafe_resource,
         unsafe_server: args.unsafe_server,
+        unsafe_skip_fsync: args.unsafe_skip_fsync,
     })
 }
 
@@ -308,6 +314,7 @@ async fn selftest_main(args: SelftestArgs) -> i32 {
             bin: warden_bin(c.bin)?,
             unsafe_client: true,
             unsafe_server: false,
+            unsafe_skip_fsync: false,
         })
     })() {
         Ok(o) => o,
@@ -318,6 +325,7 @@ async fn selftest_main(args: SelftestArgs) -> i32 {
     };
     cases.push(selftest::unsafe_lock_case(&opts).await);
     cases.push(selftest::unsafe_server_case(&opts).await);
+    cases.push(selftest::unsafe_skip_fsync_case(&opts).await);
     let mut missed = 0;
     for case in &cases {
         let mark = if case.caught { "caught" } else { "MISSED" };

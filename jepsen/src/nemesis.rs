@@ -11,7 +11,13 @@
 //! the group, wiped and added back), `clock-jump`/`clock-reset` (a node's
 //! wall clock, usually the leader's, jumps minutes to an hour forward or
 //! back while it runs, then returns; TTL leases must expire neither early
-//! nor late).
+//! nor late), `lose-unsynced`/`rejoin` (nodes — the leader, one, a
+//! minority or all of them — killed with SIGKILL as a power failure would,
+//! every write they did not fsync dropped by the [`crate::faultfs`] layer
+//! their data dirs are on, then started again: each must serve or refuse
+//! with a clear message; a refused node is removed, wiped and added back
+//! as after `corrupt`; a durability marker acknowledged just before the
+//! kill must still be there at `rejoin`).
 //!
 //! With `overlap`, process faults (kill, pause, membership, restart-all)
 //! and network faults (partition, client-partition) run in two lanes at
@@ -45,10 +51,11 @@ pub enum Fault {
     ClientPartition,
     Corrupt,
     Clock,
+    LoseUnsynced,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 8] = [
+    pub const ALL: [Fault; 9] = [
         Fault::Kill,
         Fault::Pause,
         Fault::Partition,
@@ -57,6 +64,7 @@ impl Fault {
         Fault::ClientPartition,
         Fault::Corrupt,
         Fault::Clock,
+        Fault::LoseUnsynced,
     ];
 
     /// A fault of the network (the overlap's second lane), not of processes.
@@ -74,6 +82,7 @@ impl Fault {
             Fault::ClientPartition => "client-partition",
             Fault::Corrupt => "corrupt",
             Fault::Clock => "clock",
+            Fault::LoseUnsynced => "lose-unsynced",
         }
     }
 }
@@ -231,7 +240,7 @@ async fn lane(
         let retry = matches!(
             undo,
             Undo::Membership(_) | Undo::Recover { refused: true, .. }
-        );
+        ) || matches!(undo, Undo::Rejoin(s, _) if !s.ids().is_empty());
         if !stop(&mut c, &history, undo, &mut tally).await && retry {
             // Retried by the final heal.
             removed = Some(undo);
@@ -258,6 +267,10 @@ enum Undo {
     },
     /// Clocks of these nodes back to the real time.
     ClockReset(NodeSet),
+    /// After `lose-unsynced`: re-add these nodes (they refused to start),
+    /// then look for the durability marker written before the kill (named
+    /// by the fault's history index; `None`: none was acknowledged).
+    Rejoin(NodeSet, Option<u64>),
 }
 
 /// A small set of node ids (bit i = node i).
@@ -420,6 +433,68 @@ async fn start(
             history.ok(&inv, value);
             Undo::Recover { id, refused }
         }
+        Fault::LoseUnsynced => {
+            // A third of the time every node at once (a power failure of
+            // the whole cluster: where a server that acknowledges before
+            // fsync loses committed writes), else the leader, one node or
+            // a minority (a follower that lost what it acknowledged).
+            let (how, nodes) = if rng.random_bool(1.0 / 3.0) {
+                ("all".to_string(), c.ids())
+            } else {
+                targets(c, rng).await
+            };
+            let majority_kept = minority(&nodes, c);
+            let inv = history.invoke(
+                Process::NEMESIS,
+                "lose-unsynced",
+                json!({"targets": how, "nodes": nodes, "majority_kept": majority_kept}),
+            );
+            // A write acknowledged just before the power failure: it is in
+            // every node's unsynced tail unless the server fsyncs before it
+            // answers, and must be there after the restart (see `stop`).
+            let marker = match c.write_marker(&format!("m-{}", inv.index)).await {
+                Ok(_) => Some(inv.index),
+                Err(e) => {
+                    tally.errors.push(e.to_string());
+                    None
+                }
+            };
+            let mut lost = Vec::new();
+            for &id in &nodes {
+                c.kill(id);
+            }
+            for &id in &nodes {
+                match c.lose_unsynced(id) {
+                    Ok(l) => lost.push(
+                        json!({"node": id, "files": l.files, "bytes": l.bytes, "by_file": l.by_file}),
+                    ),
+                    Err(e) => tally
+                        .errors
+                        .push(format!("lose-unsynced on node {id}: {e}")),
+                }
+            }
+            let mut outcomes = Vec::new();
+            let mut refused = Vec::new();
+            for (id, r) in c.try_restart_all(&nodes).await {
+                match r {
+                    Ok(()) => outcomes.push(json!({"node": id, "outcome": "started"})),
+                    Err(why) => {
+                        outcomes.push(json!({"node": id, "outcome": format!("refused: {why}")}));
+                        refused.push(id);
+                    }
+                }
+            }
+            let value = json!({
+                "targets": how,
+                "nodes": nodes,
+                "lost": lost,
+                "outcomes": outcomes,
+                "refused": refused,
+                "majority_kept": majority_kept,
+            });
+            history.ok(&inv, value);
+            Undo::Rejoin(NodeSet::of(&refused), marker)
+        }
         Fault::Membership => {
             let ids = c.ids();
             let id = *ids.choose(rng).expect("nodes");
@@ -479,7 +554,7 @@ async fn start(
 
 /// Ends a fault; false if that failed.
 async fn stop(c: &mut Cluster, history: &History, undo: Undo, tally: &mut Tally) -> bool {
-    let (f, value) = match undo {
+    let (f, mut value) = match undo {
         Undo::Nothing => return true,
         Undo::Restart(s) => ("restart", json!({"nodes": s.ids()})),
         Undo::Resume(s) => ("resume", json!({"nodes": s.ids()})),
@@ -489,6 +564,10 @@ async fn stop(c: &mut Cluster, history: &History, undo: Undo, tally: &mut Tally)
         Undo::StartAll => ("start-all", json!({"nodes": c.ids()})),
         Undo::Recover { id, refused } => ("recover", json!({"node": id, "rejoin": refused})),
         Undo::ClockReset(s) => ("clock-reset", json!({"nodes": s.ids()})),
+        Undo::Rejoin(s, marker) => (
+            "rejoin",
+            json!({"nodes": s.ids(), "marker": marker.map(marker_path)}),
+        ),
     };
     let inv = history.invoke(Process::NEMESIS, f, value.clone());
     let result = match undo {
@@ -547,6 +626,28 @@ async fn stop(c: &mut Cluster, history: &History, undo: Undo, tally: &mut Tally)
             .ids()
             .into_iter()
             .try_for_each(|id| c.set_clock_offset(id, 0)),
+        // As after `corrupt`: remove, wipe, add back.
+        Undo::Rejoin(s, marker) => {
+            let mut r = Ok(());
+            for id in s.ids() {
+                r = r.and(match c.remove_member(id).await {
+                    Ok(()) => c.add_member(id).await,
+                    Err(e) => Err(e),
+                });
+            }
+            // The marker acknowledged before the power failure must have
+            // survived it (run.rs: `acknowledged-write-lost`).
+            if let Some(m) = marker {
+                match c
+                    .marker_exists(&marker_path(m), crate::cluster::CLUSTER_READY_TIMEOUT)
+                    .await
+                {
+                    Ok(found) => value["marker_found"] = json!(found),
+                    Err(e) => tally.errors.push(e.to_string()),
+                }
+            }
+            r
+        }
     };
     match result {
         Ok(()) => {
@@ -559,6 +660,11 @@ async fn stop(c: &mut Cluster, history: &History, undo: Undo, tally: &mut Tally)
             false
         }
     }
+}
+
+/// The znode of durability marker `n` (see `Fault::LoseUnsynced`).
+fn marker_path(n: u64) -> String {
+    format!("{}/m-{n}", crate::cluster::MARKER_ROOT)
 }
 
 /// The partitions the nemesis picks from.

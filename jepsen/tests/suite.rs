@@ -219,6 +219,35 @@ fn session_order_under_overlapping_kill_pause_and_partitions() {
     assert!(r["stats"]["moves"].as_u64().unwrap() > 0, "no move:\n{out}");
 }
 
+/// Power failures (`lose-unsynced`): nodes killed and every write they
+/// did not fsync dropped by the faultfs layer under their data dirs. The
+/// server fsyncs what it acknowledges, so every node must start again
+/// (none refused), and the run stays valid with the replicas converged.
+/// Needs /dev/fuse (skipped, saying so, without it).
+#[test]
+fn register_under_lose_unsynced() {
+    if !std::path::Path::new("/dev/fuse").exists() {
+        eprintln!("SKIPPED: no /dev/fuse on this machine: the faultfs layer cannot mount");
+        return;
+    }
+    let (code, out, r) = run_under("register", "lose-unsynced", &[]);
+    assert_eq!(code, 0, "register run not valid:\n{out}");
+    assert!(
+        r["faults"]["by_kind"]["lose-unsynced"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0,
+        "no power failure:\n{out}"
+    );
+    assert_eq!(
+        r["faults"]["refused_restarts"].as_u64(),
+        Some(0),
+        "a node refused to start after losing only unsynced writes: {}",
+        r["notes"]
+    );
+    assert_eq!(r["convergence"]["converged"], serde_json::Value::Bool(true));
+}
+
 /// Disk faults: a killed node's snapshot or journal damaged before it
 /// starts again; it refuses (and is wiped and re-added) or serves, and the
 /// run stays valid with the replicas converged. Small snapshots, so every

@@ -137,6 +137,12 @@ pub struct ServeArgs {
     /// followers of a version that cannot receive a streamed snapshot).
     #[arg(long, hide = true, env = "WARDEN_INLINE_SNAPSHOTS")]
     pub inline_snapshots: bool,
+    /// KNOWN-BAD, for the Jepsen selftest only: the Raft log's sync hands
+    /// writes to the OS without fsync, so entries this server acknowledged
+    /// are lost when its machine loses power (the suite's `lose-unsynced`
+    /// nemesis). The suite must catch it.
+    #[arg(long, hide = true, env = "WARDEN_UNSAFE_SKIP_FSYNC")]
+    pub unsafe_skip_fsync: bool,
     /// This server's certificate chain (PEM). With --tls-key, the client,
     /// ZooKeeper and HTTP ports speak TLS only.
     #[arg(long, value_name = "FILE", env = "WARDEN_TLS_CERT")]
@@ -269,6 +275,8 @@ pub struct Config {
     pub unsafe_corrupt_snapshot_transfers: u64,
     /// Snapshots for followers in one raft message, as before streaming.
     pub inline_snapshots: bool,
+    /// Known-bad: the Raft log is never fsynced (selftest only).
+    pub unsafe_skip_fsync: bool,
     /// TLS for the doors and the peer links; `None`: plaintext everywhere.
     pub tls: Option<crate::tls::Tls>,
     pub limits: Limits,
@@ -423,6 +431,7 @@ impl ServeArgs {
             snapshot_chunk_bytes: self.snapshot_chunk_bytes,
             unsafe_corrupt_snapshot_transfers: self.unsafe_corrupt_snapshot_transfers,
             inline_snapshots: self.inline_snapshots,
+            unsafe_skip_fsync: self.unsafe_skip_fsync,
             tls,
             limits,
             auth,

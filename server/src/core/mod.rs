@@ -315,6 +315,10 @@ impl Core {
         let mut storage =
             DiskStorage::open(&cfg.data_dir.join("raft"), &cfg.data_dir.join("snapshots"))?;
         storage.set_inline_snapshots(cfg.inline_snapshots);
+        if cfg.unsafe_skip_fsync {
+            warn!("--unsafe-skip-fsync: the Raft log is acknowledged without fsync and is lost on a power failure; a known-bad mode for testing the test suite only");
+            storage.set_unsafe_skip_fsync();
+        }
         let tree = match storage.load_snapshot()? {
             Some(snap) => {
                 let started = Instant::now();

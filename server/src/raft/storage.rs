@@ -105,6 +105,8 @@ pub struct DiskStorage {
     /// Snapshots for followers carry the whole tree, as before they were
     /// streamed (`--inline-snapshots`).
     inline_snapshots: bool,
+    /// Known-bad (`--unsafe-skip-fsync`): [`Self::sync`] stops at the OS.
+    skip_fsync: bool,
 }
 
 fn log_key(index: u64) -> [u8; 8] {
@@ -231,6 +233,7 @@ impl DiskStorage {
             log_bytes,
             synced,
             inline_snapshots: false,
+            skip_fsync: false,
         };
         // Finish an install a stop interrupted first: the log it leaves is
         // the one the watermark was lowered for.
@@ -399,10 +402,24 @@ impl DiskStorage {
         Ok(())
     }
 
+    /// KNOWN-BAD, for the Jepsen selftest only: [`Self::sync`] no longer
+    /// fsyncs (entries reach the OS, not the disk) and the watermark is
+    /// raised all the same, as a server that skips fsync would.
+    pub fn set_unsafe_skip_fsync(&mut self) {
+        self.skip_fsync = true;
+    }
+
     /// One fsync for everything written since the last one; the synced
     /// watermark then names the log's last entry.
     pub fn sync(&mut self) -> Result<(), StorageError> {
-        self.db.persist(PersistMode::SyncAll)?;
+        let mode = if self.skip_fsync {
+            // Written to the OS, not to the disk: survives a kill -9, not
+            // a power failure.
+            PersistMode::Buffer
+        } else {
+            PersistMode::SyncAll
+        };
+        self.db.persist(mode)?;
         let mark = self.last_mark();
         self.synced.raise(mark)?;
         Ok(())
