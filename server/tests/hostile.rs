@@ -502,7 +502,8 @@ fn five_thousand_connections_at_once() {
 }
 
 /// Opens `n` connections concurrently and handshakes on each. Returns
-/// (sessions granted, refusals with LimitExceeded, the open streams).
+/// (sessions granted, refusals with LimitExceeded (or a reset after one),
+/// the open streams).
 async fn open_many(addr: &str, n: usize) -> (usize, usize, Vec<tokio::net::TcpStream>) {
     use prost::Message as _;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -534,18 +535,30 @@ async fn open_many(addr: &str, n: usize) -> (usize, usize, Vec<tokio::net::TcpSt
                 Ok::<_, std::io::Error>(body)
             })
             .await
-            .expect("an answer within 120 s")
-            .expect("an answer, not a reset");
+            .expect("an answer within 120 s");
+            let answer = match answer {
+                Ok(answer) => answer,
+                // A refused connection is closed after a 1 s linger; a
+                // client that wrote its request later than that (5,000
+                // tasks on two threads) gets a reset in place of the
+                // refusal the server had sent. The server did refuse it
+                // (and counted the limit hit, checked by the caller).
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
+                Err(e) => panic!("an answer, not {e}"),
+            };
             let frame = pb::ServerFrame::decode(&answer[..]).expect("a server frame");
             let Some(pb::server_frame::Kind::Connect(c)) = frame.kind else {
                 panic!("expected a ConnectResponse, got {frame:?}");
             };
-            (c, s)
+            Some((c, s))
         }));
     }
     let (mut accepted, mut refused, mut held) = (0, 0, Vec::new());
     for t in tasks {
-        let (c, s) = t.await.expect("connection task");
+        let Some((c, s)) = t.await.expect("connection task") else {
+            refused += 1;
+            continue;
+        };
         if c.error == ErrorCode::Ok as i32 {
             accepted += 1;
             held.push(s);
