@@ -43,6 +43,14 @@ fn script(lines: &[String]) -> String {
              sleep 0.1\n\
            done\n\
            echo 'FAIL watch: never registered'\n\
+         }\n\
+         # Waits (up to 20 s) until the background job printed $1.\n\
+         until_printed() {\n\
+           for _ in $(seq 1 200); do\n\
+             grep -q \"$1\" \"$WATCH_OUT\" && return 0\n\
+             sleep 0.1\n\
+           done\n\
+           echo \"FAIL watch: never printed $1\"\n\
          }\n",
     );
     for (i, line) in lines.iter().enumerate() {
@@ -54,12 +62,21 @@ fn script(lines: &[String]) -> String {
             .split_once('#')
             .is_some_and(|(_, comment)| comment.trim_start().starts_with("error"));
         let quoted = line.replace('\'', "'\\''");
-        s.push_str(line);
-        s.push('\n');
-        if trimmed.ends_with('&') {
-            s.push_str("until_watched\n");
+        if let Some(job) = trimmed
+            .split('#')
+            .next()
+            .and_then(|c| c.trim().strip_suffix('&'))
+        {
+            // The background job's output goes to a file, so the script
+            // can wait for what it prints before the line that stops it.
+            s.push_str(&format!("{job} > \"$WATCH_OUT\" 2>&1 &\nuntil_watched\n"));
             continue;
         }
+        if trimmed.starts_with("kill %") {
+            s.push_str("until_printed NodeDataChanged\n");
+        }
+        s.push_str(line);
+        s.push('\n');
         if expect_error {
             s.push_str(&format!(
                 "[ $? -ne 0 ] || echo 'FAIL line {}: succeeded, the tour says it fails: {quoted}'\n",
@@ -72,7 +89,7 @@ fn script(lines: &[String]) -> String {
             ));
         }
     }
-    s.push_str("wait\n");
+    s.push_str("wait\ncat \"$WATCH_OUT\"\n");
     s
 }
 
@@ -108,6 +125,7 @@ fn the_readme_tour_runs_as_written() {
         .arg("-c")
         .arg(script(&lines))
         .env("PATH", path)
+        .env("WATCH_OUT", bin.path().join("watch.out"))
         .env("WARDENCTL", env!("CARGO_BIN_EXE_wardenctl"))
         .env("SERVERS", server.addr())
         .env("ZK_HOST", zk_host)
