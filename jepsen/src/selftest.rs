@@ -90,22 +90,36 @@ pub async fn unsafe_server_case(opts: &TestOpts) -> Case {
     opts.interval = std::time::Duration::from_secs(2);
     opts.fault_duration = std::time::Duration::from_secs(4);
     let name = "register: servers skipping ReadIndex, under partitions".to_string();
-    match run::test(&opts).await {
-        Ok(o) => Case {
-            name,
-            caught: o.valid == Validity::Invalid,
-            detail: format!(
-                "valid: {:?}, anomalies: {} ({})",
-                o.valid,
-                o.results["anomalies"].as_array().map(Vec::len).unwrap_or(0),
-                o.dir.display()
-            ),
-        },
-        Err(e) => Case {
-            name,
-            caught: false,
-            detail: format!("could not run: {e}"),
-        },
+    // Catching it takes a client reading on the cut-off server a value the
+    // majority has since overwritten: likely in 20 s, not certain (it was
+    // missed once in CI). A second run is allowed; a suite that cannot
+    // catch the bug misses both.
+    let mut details = Vec::new();
+    for attempt in 0..2u64 {
+        opts.seed = opts.seed.wrapping_add(attempt);
+        match run::test(&opts).await {
+            Ok(o) => {
+                details.push(format!(
+                    "valid: {:?}, anomalies: {} ({})",
+                    o.valid,
+                    o.results["anomalies"].as_array().map(Vec::len).unwrap_or(0),
+                    o.dir.display()
+                ));
+                if o.valid == Validity::Invalid {
+                    return Case {
+                        name,
+                        caught: true,
+                        detail: details.join("; "),
+                    };
+                }
+            }
+            Err(e) => details.push(format!("could not run: {e}")),
+        }
+    }
+    Case {
+        name,
+        caught: false,
+        detail: details.join("; "),
     }
 }
 
