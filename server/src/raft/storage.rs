@@ -409,7 +409,7 @@ impl DiskStorage {
         self.skip_fsync = true;
     }
 
-    /// One fsync for everything written since the last one; the synced
+    /// One fdatasync for everything written since the last one; the synced
     /// watermark then names the log's last entry.
     pub fn sync(&mut self) -> Result<(), StorageError> {
         let mode = if self.skip_fsync {
@@ -417,7 +417,11 @@ impl DiskStorage {
             // a power failure.
             PersistMode::Buffer
         } else {
-            PersistMode::SyncAll
+            // fdatasync: the journal's data and the metadata needed to
+            // read it back (its blocks and length), without the inode's
+            // times, which ext4 would otherwise commit on every call. Measured: writes 1-client p50 0.59-0.71
+            // -> 0.48-0.62 ms (docs/benchmarks.md).
+            PersistMode::SyncData
         };
         self.db.persist(mode)?;
         let mark = self.last_mark();
