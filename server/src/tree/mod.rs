@@ -352,7 +352,6 @@ impl DataTree {
     /// the indexes can never miss one.
     fn insert_node(&mut self, path: Arc<str>, node: Arc<Node>) {
         debug_assert!(&*path != ROOT, "the root is never inserted");
-        debug_assert!(node.children.is_empty(), "{path}: inserted with children");
         match self.node_mut(path::parent(&path)) {
             Some(parent) => {
                 let fresh = parent.children.insert(path::name(&path).to_string());
@@ -360,6 +359,14 @@ impl DataTree {
             }
             None => debug_assert!(false, "{path}: inserted without a parent"),
         }
+        self.insert_linked(path, node);
+    }
+
+    /// The rest of [`insert_node`](Self::insert_node), once the parent
+    /// lists the new child (a snapshot's restore links it while checking
+    /// the parent, in one look-up).
+    fn insert_linked(&mut self, path: Arc<str>, node: Arc<Node>) {
+        debug_assert!(node.children.is_empty(), "{path}: inserted with children");
         self.index_insert(&path, &node);
         self.data_bytes += (path.len() + node.data.len()) as u64;
         let previous = self.nodes.insert(path, node);

@@ -144,30 +144,35 @@ impl DataTree {
             if path::validate(&p).is_err() {
                 return Err(SnapshotError::InvalidPath { path: p });
             }
-            if tree.nodes.contains_key(p.as_str()) {
+            if p == ROOT {
                 return Err(SnapshotError::DuplicateNode { path: p });
             }
-            let parent_pzxid = match tree.nodes.get(path::parent(&p)) {
-                None => return Err(SnapshotError::MissingParent { path: p }),
-                Some(parent) if parent.ephemeral_owner != 0 => {
-                    return Err(SnapshotError::ChildOfEphemeral { path: p })
-                }
-                Some(parent) => parent.pzxid,
-            };
             let stored_children = sn.stat.map_or(0, |s| s.num_children);
             let node = tree.node_from_snapshot(&p, sn)?;
             tree.check_zxids(&p, &node)?;
+            // One look-up of the parent checks it and links the child (a
+            // path stored twice is a name its parent already lists); a
+            // million-node restore spends much of its time hashing paths.
+            let Some(parent) = tree.node_mut(path::parent(&p)) else {
+                return Err(SnapshotError::MissingParent { path: p });
+            };
+            if parent.ephemeral_owner != 0 {
+                return Err(SnapshotError::ChildOfEphemeral { path: p });
+            }
             // The parent's pzxid is the zxid of its latest child create or
             // delete, which is at least this child's create.
-            if parent_pzxid < node.czxid {
+            if parent.pzxid < node.czxid {
                 return Err(SnapshotError::Inconsistent(format!(
-                    "{p}: created at {} after its parent's pzxid {parent_pzxid}",
-                    node.czxid
+                    "{p}: created at {} after its parent's pzxid {}",
+                    node.czxid, parent.pzxid
                 )));
+            }
+            if !parent.children.insert(path::name(&p).to_string()) {
+                return Err(SnapshotError::DuplicateNode { path: p });
             }
             let p: Arc<str> = p.into();
             counts.push((p.clone(), stored_children));
-            tree.insert_node(p, Arc::new(node));
+            tree.insert_linked(p, Arc::new(node));
         }
 
         for (p, stat) in &counts {

@@ -1387,6 +1387,13 @@ fn from_snapshot_refuses_broken_snapshots() {
     );
     assert_eq!(
         broken(&|s| {
+            let root = s.nodes[0].clone();
+            s.nodes.push(root);
+        }),
+        SnapshotError::DuplicateNode { path: "/".into() }
+    );
+    assert_eq!(
+        broken(&|s| {
             s.nodes.remove(index(s, "/a/c"));
         }),
         SnapshotError::MissingParent {
