@@ -1,12 +1,21 @@
 //! [`Cluster`]: N `warden serve` processes forming one Raft group.
 
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::ports::{free_ports, PORT_ATTEMPTS_MAX};
 use crate::process::{keep_on_panic, Membership, Process};
-use crate::{ServerOptions, READY_TIMEOUT};
+use crate::{wait_until, ServerOptions, READY_TIMEOUT};
+
+/// How long [`Cluster::leader`] and its kin wait for a leader.
+pub const LEADER_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long one `/status` question to a node may take (its core answers
+/// within 2 s or the door says it did not).
+const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// N `warden serve` processes forming one Raft group on 127.0.0.1, each
 /// with its own ports and data directory (`<temp>/node-i/`), addressed by
@@ -265,6 +274,66 @@ impl Cluster {
         Ok(())
     }
 
+    /// The current leader, as any node reports it; waits (up to
+    /// [`LEADER_TIMEOUT`]) until one knows one.
+    ///
+    /// This and its kin ask each node's HTTP `/status` (plain HTTP: not for
+    /// nodes started with TLS on that port), which opens no session. They
+    /// block the calling thread between questions, as every helper here
+    /// does.
+    pub fn leader(&self) -> usize {
+        self.await_leader(&self.node_ids(), |_| true, "a leader")
+    }
+
+    /// The leader as one of the nodes `up` reports it, and one of them
+    /// itself (the majority side's leader, say, after others were killed);
+    /// waits (up to [`LEADER_TIMEOUT`]).
+    pub fn leader_among(&self, up: &[usize]) -> usize {
+        self.await_leader(up, |l| up.contains(&l), &format!("a leader among {up:?}"))
+    }
+
+    /// The leader as node `i` sees it; waits (up to [`LEADER_TIMEOUT`])
+    /// until it knows one.
+    pub fn leader_seen_by(&self, i: usize) -> usize {
+        self.await_leader(&[i], |_| true, &format!("node {i} to know a leader"))
+    }
+
+    /// Asks the nodes `ask` in turn, until one reports a leader that
+    /// `accept` takes.
+    fn await_leader(&self, ask: &[usize], accept: impl Fn(usize) -> bool, what: &str) -> usize {
+        let mut found = None;
+        wait_until(LEADER_TIMEOUT, what, || {
+            found = ask
+                .iter()
+                .filter_map(|&i| self.reported_leader(i))
+                .find(|&l| accept(l));
+            found.is_some()
+        });
+        found.expect("wait_until returned, so a leader was found")
+    }
+
+    /// The leader node `i` reports on `GET /status`: `None` if it knows
+    /// none (0) or did not answer (down, starting, its core busy).
+    fn reported_leader(&self, i: usize) -> Option<usize> {
+        let addr = self.http_addr(i).parse().ok()?;
+        let mut stream = TcpStream::connect_timeout(&addr, STATUS_TIMEOUT).ok()?;
+        stream.set_read_timeout(Some(STATUS_TIMEOUT)).ok()?;
+        stream
+            .write_all(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .ok()?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).ok()?;
+        let (head, body) = answer.split_once("\r\n\r\n")?;
+        if !head.starts_with("HTTP/1.1 200") {
+            return None;
+        }
+        let status: serde_json::Value = serde_json::from_str(body).ok()?;
+        match status["leader_id"].as_u64()? {
+            0 => None,
+            l => usize::try_from(l).ok(),
+        }
+    }
+
     fn node(&self, i: usize) -> &Process {
         let n = self.nodes.len();
         assert!((1..=n).contains(&i), "node ids are 1..={n}, got {i}");
@@ -334,6 +403,25 @@ mod tests {
         assert_eq!(cluster.stop(2), None);
         cluster.restart(2);
         assert!(cluster.is_running(2));
+    }
+
+    #[test]
+    fn leader_is_found_and_found_again_after_it_is_killed() {
+        let mut cluster = Cluster::start(3);
+        let first = cluster.leader();
+        assert!(cluster.node_ids().contains(&first), "leader {first}");
+        for i in cluster.node_ids() {
+            assert_eq!(cluster.leader_seen_by(i), first, "node {i}'s view");
+        }
+        cluster.kill9(first);
+        let up: Vec<usize> = cluster
+            .node_ids()
+            .into_iter()
+            .filter(|&i| i != first)
+            .collect();
+        let second = cluster.leader_among(&up);
+        assert_ne!(second, first);
+        assert!(up.contains(&second));
     }
 
     #[test]

@@ -38,7 +38,7 @@ mod signal;
 pub mod tls;
 mod wait;
 
-pub use cluster::Cluster;
+pub use cluster::{Cluster, LEADER_TIMEOUT};
 pub use ports::free_ports;
 pub use process::{binary, ServerOptions, READY_TIMEOUT, STOP_TIMEOUT};
 pub use server::Server;
