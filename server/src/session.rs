@@ -149,15 +149,8 @@ pub fn handshake(
     creating: usize,
 ) -> Handshake {
     let applied = tree.applied_index();
-    if c.last_zxid_seen > applied {
-        return Handshake::Refuse {
-            code: ErrorCode::ServerBehind,
-            message: format!(
-                "this server has applied zxid {applied}, the client has seen {}",
-                c.last_zxid_seen
-            ),
-            limit: None,
-        };
+    if let Some(refusal) = refuse_if_behind(applied, c) {
+        return refusal;
     }
     if c.session_id == 0 {
         let live = tree.session_count() + creating;
@@ -202,6 +195,19 @@ pub fn handshake(
     }
 }
 
+/// The refusal of a client that has seen a later zxid than this server
+/// has `applied` (its reads here would go back in time), if it has.
+fn refuse_if_behind(applied: u64, c: &pb::ConnectRequest) -> Option<Handshake> {
+    (c.last_zxid_seen > applied).then(|| Handshake::Refuse {
+        code: ErrorCode::ServerBehind,
+        message: format!(
+            "this server has applied zxid {applied}, the client has seen {}",
+            c.last_zxid_seen
+        ),
+        limit: None,
+    })
+}
+
 /// ZooKeeper's read-only sessions: while this server has no quorum, a
 /// client that connected with canBeReadOnly gets one, served reads from
 /// this server's tree and NotReadOnly for every write. A new one has an id
@@ -236,16 +242,9 @@ impl ReadOnlySessions {
         now: Instant,
     ) -> Handshake {
         let applied = tree.applied_index();
-        if c.last_zxid_seen > applied {
-            // Reads must never go back in time, read-only or not.
-            return Handshake::Refuse {
-                code: ErrorCode::ServerBehind,
-                message: format!(
-                    "this server has applied zxid {applied}, the client has seen {}",
-                    c.last_zxid_seen
-                ),
-                limit: None,
-            };
+        // Reads must never go back in time, read-only or not.
+        if let Some(refusal) = refuse_if_behind(applied, c) {
+            return refusal;
         }
         let answer = |session_id: u64, password: Vec<u8>, timeout_ms: u32| {
             Handshake::Resume(pb::ConnectResponse {
@@ -637,6 +636,26 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn read_only_handshake_refuses_a_client_ahead_of_this_server() {
+        let tree = tree_with_session(0x0100_0000_0000_0042, b"pw");
+        let mut ro = ReadOnlySessions::default();
+        // The tree has applied zxid 1; reads must never go back in time.
+        let ahead = pb::ConnectRequest {
+            timeout_ms: 3000,
+            last_zxid_seen: 2,
+            ..Default::default()
+        };
+        match ro.handshake(&tree, 2, BOUNDS, &ahead, Instant::now()) {
+            Handshake::Refuse { code, message, .. } => {
+                assert_eq!(code, ErrorCode::ServerBehind);
+                assert!(message.contains("applied zxid 1"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!ro.is_local(0), "nothing was made");
     }
 
     #[test]

@@ -19,22 +19,6 @@ fn opts() -> ConnectOptions {
     }
 }
 
-/// The leader as node `i` sees it, once it knows one.
-async fn leader_seen_by(cluster: &Cluster, i: usize) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(c) = Client::connect(cluster.addr(i), opts()).await {
-            if let Ok(s) = c.cluster_status().await {
-                if s.leader_id != 0 {
-                    return s.leader_id as usize;
-                }
-            }
-        }
-        assert!(Instant::now() < deadline, "node {i} knows no leader");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 fn wall_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -45,16 +29,12 @@ fn wall_ms() -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_with_a_wrong_clock_moves_no_node_time() {
     let mut cluster = Cluster::start_with(3, ServerOptions::default());
-    let leader = leader_seen_by(&cluster, 1).await;
+    let leader = cluster.leader_seen_by(1);
     let f = if leader == 3 { 2 } else { 3 };
     cluster.stop(f);
     cluster.set_extra_args(f, vec!["--clock-offset-ms".into(), HOUR_MS.to_string()]);
     cluster.restart(f);
-    assert_ne!(
-        leader_seen_by(&cluster, f).await,
-        f,
-        "the skewed node leads"
-    );
+    assert_ne!(cluster.leader_seen_by(f), f, "the skewed node leads");
 
     let c = Client::connect(cluster.addr(f), opts()).await.unwrap();
     let before = wall_ms();

@@ -21,25 +21,6 @@ async fn connect(servers: &str) -> Client {
     Client::connect(servers, opts()).await.expect("connect")
 }
 
-/// The leader, as a majority-side server reports it (waits for one).
-async fn leader(cluster: &Cluster, up: &[usize]) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        for &i in up {
-            if let Ok(c) = Client::connect(cluster.addr(i), opts()).await {
-                if let Ok(status) = c.cluster_status().await {
-                    let l = status.leader_id as usize;
-                    if l != 0 && up.contains(&l) {
-                        return l;
-                    }
-                }
-            }
-        }
-        assert!(Instant::now() < deadline, "no leader among {up:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// Retries a create through errors that leave its outcome unknown; a
 /// NodeExists after such an error means the first attempt was applied.
 async fn create_acked(c: &Client, path: &str, data: &[u8]) -> bool {
@@ -124,7 +105,7 @@ async fn leader_kill_under_load(nodes: usize) {
     c.create("/load", b"", CreateOptions::default())
         .await
         .unwrap();
-    let old_leader = leader(&cluster, &cluster.node_ids()).await;
+    let old_leader = cluster.leader();
 
     let progress = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let writers: Vec<_> = (0..4)
@@ -161,7 +142,7 @@ async fn leader_kill_under_load(nodes: usize) {
         .into_iter()
         .filter(|&i| i != old_leader)
         .collect();
-    let new_leader = leader(&cluster, &up).await;
+    let new_leader = cluster.leader_among(&up);
     assert_ne!(new_leader, old_leader);
     // Same session throughout.
     assert_eq!(c.session_id(), session);
@@ -200,7 +181,7 @@ async fn five_nodes_leader_kill9_under_load_loses_nothing() {
 #[tokio::test]
 async fn five_nodes_serve_with_two_down_and_refuse_with_three_down() {
     let mut cluster = Cluster::start(5);
-    let first = leader(&cluster, &cluster.node_ids()).await;
+    let first = cluster.leader();
     // Take down the leader and one follower.
     let second = if first == 1 { 2 } else { 1 };
     cluster.kill9(first);
@@ -279,7 +260,7 @@ async fn restarted_node_catches_up_through_a_snapshot() {
             ..ServerOptions::default()
         },
     );
-    let l = leader(&cluster, &cluster.node_ids()).await;
+    let l = cluster.leader();
     let lagging = if l == 3 { 2 } else { 3 };
     cluster.kill9(lagging);
     let up: Vec<usize> = cluster
@@ -325,7 +306,7 @@ async fn restarted_node_catches_up_through_a_snapshot() {
 #[tokio::test]
 async fn session_moves_to_another_server_with_its_ephemerals_and_missed_events() {
     let cluster = Cluster::start(3);
-    let l = leader(&cluster, &cluster.node_ids()).await;
+    let l = cluster.leader();
     // The client's first server is a follower; the next one in its list
     // is the other follower.
     let followers: Vec<usize> = cluster.node_ids().into_iter().filter(|&i| i != l).collect();
@@ -404,7 +385,7 @@ async fn watchers_on_a_follower_that_installs_a_snapshot_miss_nothing_silently()
             ..ServerOptions::default()
         },
     );
-    let l = leader(&cluster, &cluster.node_ids()).await;
+    let l = cluster.leader();
     let f = if l == 3 { 2 } else { 3 };
     let writer = connect(cluster.addr(l)).await;
     writer
@@ -571,7 +552,7 @@ async fn membership_changes_under_load_lose_nothing() {
     cluster.await_ready(5);
     // A follower of the original three leaves; the request goes through
     // another member (a server cannot remove itself).
-    let l = leader(&cluster, &[1, 2, 3, 4, 5]).await;
+    let l = cluster.leader_among(&[1, 2, 3, 4, 5]);
     let leaving = [1, 2, 3].into_iter().find(|&i| i != l).unwrap();
     let admin = connect(cluster.addr(l)).await;
     let err = connect(cluster.addr(leaving))
@@ -672,7 +653,7 @@ async fn wardenctl_cluster_status_lists_every_member() {
 #[tokio::test]
 async fn a_follower_forwards_heartbeats_so_its_sessions_live() {
     let cluster = Cluster::start(3);
-    let l = leader(&cluster, &cluster.node_ids()).await;
+    let l = cluster.leader();
     let follower = cluster.node_ids().into_iter().find(|&i| i != l).unwrap();
     // Only the leader decides expiry; this session's pings reach only a
     // follower, which must forward them.

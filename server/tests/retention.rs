@@ -18,23 +18,6 @@ fn opts() -> ConnectOptions {
     }
 }
 
-async fn leader(cluster: &Cluster) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        for i in cluster.node_ids() {
-            if let Ok(c) = Client::connect(cluster.addr(i), opts()).await {
-                if let Ok(status) = c.cluster_status().await {
-                    if status.leader_id != 0 {
-                        return status.leader_id as usize;
-                    }
-                }
-            }
-        }
-        assert!(Instant::now() < deadline, "no leader");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 fn signal(pid: u32, sig: i32) {
     // SAFETY: kill(2) on a pid of a child this test started.
     let rc = unsafe { libc::kill(pid as i32, sig) };
@@ -76,7 +59,7 @@ async fn a_follower_behind_many_snapshots_catches_up_from_the_log() {
             ..ServerOptions::default()
         },
     );
-    let l = leader(&cluster).await;
+    let l = cluster.leader();
     let f = if l == 3 { 2 } else { 3 };
     let writer = Client::connect(cluster.addr(l), opts()).await.unwrap();
     writer
@@ -145,7 +128,7 @@ async fn a_snapshot_install_keeps_connections_and_fires_skipped_watches() {
             ..ServerOptions::default()
         },
     );
-    let l = leader(&cluster).await;
+    let l = cluster.leader();
     let f = if l == 3 { 2 } else { 3 };
     let writer = Client::connect(cluster.addr(l), opts()).await.unwrap();
     for p in ["/w", "/z"] {

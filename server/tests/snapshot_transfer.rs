@@ -22,23 +22,6 @@ fn opts() -> ConnectOptions {
     }
 }
 
-async fn leader(cluster: &Cluster) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        for i in cluster.node_ids() {
-            if let Ok(c) = Client::connect(cluster.addr(i), opts()).await {
-                if let Ok(status) = c.cluster_status().await {
-                    if status.leader_id != 0 {
-                        return status.leader_id as usize;
-                    }
-                }
-            }
-        }
-        assert!(Instant::now() < deadline, "no leader");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 fn cluster(extra: &[&str]) -> Cluster {
     let mut extra_args: Vec<String> = vec![
         // The log goes with every snapshot: a follower behind it must
@@ -63,7 +46,7 @@ fn cluster(extra: &[&str]) -> Cluster {
 /// kilobytes encoded) through the others, restarts it: it can only catch
 /// up through the leader's snapshot. Returns (leader, follower, written).
 async fn follower_far_behind(cluster: &mut Cluster) -> (usize, usize, BTreeMap<String, Vec<u8>>) {
-    let l = leader(cluster).await;
+    let l = cluster.leader();
     let f = if l == 3 { 2 } else { 3 };
     cluster.kill9(f);
     let c = Client::connect(cluster.addr(l), opts()).await.unwrap();
