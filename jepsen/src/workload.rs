@@ -14,6 +14,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::history::{FaultPeriod, History};
+use crate::workloads::client_faults::ClientFault;
 
 /// Everything a workload's `run` needs.
 #[derive(Debug, Clone)]
@@ -45,6 +46,10 @@ pub struct RunCtx {
     pub self_exe: PathBuf,
     /// Directory of this run's report, for workload-specific files.
     pub dir: PathBuf,
+    /// Faults of client processes the workload deals (`--nemesis
+    /// kill-client,pause-client`; see
+    /// [`client_faults`](crate::workloads::client_faults)).
+    pub client_faults: Vec<ClientFault>,
 }
 
 impl RunCtx {

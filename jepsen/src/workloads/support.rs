@@ -162,6 +162,83 @@ pub fn spawn_helper(
         .map_err(|e| format!("starting {} {subcommand}: {e}", ctx.self_exe.display()))
 }
 
+/// A helper process the run started, with the task that reads its stdout
+/// (its end means the process is gone) and its stdin, for the run's lines.
+pub struct HelperProc {
+    child: tokio::process::Child,
+    pub pid: Option<u32>,
+    pub stdin: Arc<tokio::sync::Mutex<Option<tokio::process::ChildStdin>>>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl HelperProc {
+    /// Starts a helper ([`spawn_helper`]) and `serve(pid, stdout, stdin)`
+    /// as the task that reads it.
+    pub fn start<F, Fut>(
+        ctx: &RunCtx,
+        subcommand: &str,
+        args: &[String],
+        log: &std::fs::File,
+        serve: F,
+    ) -> Result<HelperProc, String>
+    where
+        F: FnOnce(
+            Option<u32>,
+            tokio::process::ChildStdout,
+            Arc<tokio::sync::Mutex<Option<tokio::process::ChildStdin>>>,
+        ) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let mut child = spawn_helper(ctx, subcommand, args, log)?;
+        let pid = child.id();
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stdin = Arc::new(tokio::sync::Mutex::new(child.stdin.take()));
+        let reader = tokio::spawn(serve(pid, stdout, stdin.clone()));
+        Ok(HelperProc {
+            child,
+            pid,
+            stdin,
+            reader,
+        })
+    }
+
+    /// Whether its stdout ended (the process exited or was killed).
+    pub fn is_finished(&self) -> bool {
+        self.reader.is_finished()
+    }
+}
+
+/// Writes `line` to a helper's stdin (nothing if it is closed or gone).
+pub async fn send_line(stdin: &tokio::sync::Mutex<Option<tokio::process::ChildStdin>>, line: &str) {
+    use tokio::io::AsyncWriteExt;
+    if let Some(s) = stdin.lock().await.as_mut() {
+        let _ = s.write_all(format!("{line}\n").as_bytes()).await;
+        let _ = s.flush().await;
+    }
+}
+
+/// Asks every helper to finish (a `stop` line) and waits for them until
+/// `until`; one still there then is let go on (SIGCONT, if it was
+/// stopped) and killed. Their readers are awaited, so every line they
+/// printed is recorded when this returns.
+pub async fn finish_helpers(helpers: &mut [HelperProc], until: Instant) {
+    for h in helpers.iter() {
+        send_line(&h.stdin, "stop").await;
+    }
+    for h in helpers.iter_mut() {
+        if tokio::time::timeout_at(until, h.child.wait())
+            .await
+            .is_err()
+        {
+            crate::workloads::client_faults::resume(h.pid);
+            let _ = h.child.start_kill();
+            let _ = h.child.wait().await;
+        }
+        *h.stdin.lock().await = None;
+        let _ = (&mut h.reader).await;
+    }
+}
+
 /// The flags every helper gets: `--servers`, `--session-timeout-ms`,
 /// `--request-timeout-ms`, as [`helper_args`] writes them.
 pub fn helper_args(ctx: &RunCtx, servers: &str) -> Vec<String> {
@@ -248,6 +325,50 @@ where
             eprintln!("{name}: runtime: {e}");
             2
         }
+    }
+}
+
+/// One event of an operation that a helper process did, as it reports it
+/// on its stdout (one JSON object a line); the run records it under the
+/// helper's process number with the helper's own time (CLOCK_MONOTONIC,
+/// see [`crate::clock`]), so a helper's history reads like an in-process
+/// client's.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HelperEvent {
+    pub kind: Kind,
+    pub f: String,
+    #[serde(default)]
+    pub value: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// CLOCK_MONOTONIC, ns.
+    pub at: u64,
+}
+
+impl HelperEvent {
+    /// Prints an event that happens now (in a helper process).
+    pub fn report(kind: Kind, f: &str, value: Value, error: Option<String>) {
+        let e = HelperEvent {
+            kind,
+            f: f.to_string(),
+            value,
+            error,
+            at: crate::clock::mono_ns(),
+        };
+        println!(
+            "{}",
+            serde_json::to_string(&e).expect("an event serializes")
+        );
+    }
+
+    /// Reads a line a helper printed.
+    pub fn parse(line: &str) -> Result<HelperEvent, String> {
+        serde_json::from_str(line).map_err(|e| format!("unreadable helper line {line:?}: {e}"))
+    }
+
+    /// Records it in `history` as an event of `process`.
+    pub fn record(self, history: &History, process: Process) -> Event {
+        history.record_at(process, self.kind, &self.f, self.value, self.error, self.at)
     }
 }
 
