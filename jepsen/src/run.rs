@@ -240,6 +240,20 @@ fn run_dir(store: &Path, workload: &str) -> std::io::Result<PathBuf> {
 
 /// Runs one test; `Err` when it could not run at all (exit code 2).
 pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
+    // A run killed with SIGKILL left its faultfs mounts behind, unserved.
+    let (detached, stuck) = crate::faultfs::stale::detach_stale_under(&opts.store);
+    for m in &detached {
+        println!(
+            "warden-jepsen: detached a stale faultfs mount {}",
+            m.display()
+        );
+    }
+    for (m, e) in &stuck {
+        eprintln!(
+            "warden-jepsen: cannot detach the stale faultfs mount {}: {e}",
+            m.display()
+        );
+    }
     let dir = run_dir(&opts.store, opts.workload.name()).map_err(|e| {
         format!(
             "cannot create the run directory under {}: {e}",
