@@ -85,6 +85,19 @@ pub struct CheckCtx {
     pub end: u64,
 }
 
+impl CheckCtx {
+    /// The end of a history: its last event, or the run's end if later
+    /// (an operation still open at the end lasts until then).
+    pub fn history_end(&self, events: &[crate::history::Event]) -> u64 {
+        events
+            .iter()
+            .map(|e| e.time)
+            .max()
+            .unwrap_or(0)
+            .max(self.end)
+    }
+}
+
 /// `valid` in results.json.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Validity {

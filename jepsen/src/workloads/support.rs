@@ -208,6 +208,35 @@ impl HelperProc {
     }
 }
 
+/// How often [`keep_helpers`] replaces helpers that exited.
+const SUPERVISE_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Keeps `count` helpers running until `deadline`: starts them with
+/// `spawn(n)` (`n` counts every helper started, from 0) and replaces each
+/// that exits, `max` in all. Returns those still running, and the error
+/// of a `spawn` that failed (which ends it early).
+pub async fn keep_helpers(
+    deadline: Instant,
+    count: usize,
+    max: usize,
+    mut spawn: impl FnMut(usize) -> Result<HelperProc, String>,
+) -> (Vec<HelperProc>, Result<(), String>) {
+    let mut helpers: Vec<HelperProc> = Vec::new();
+    let mut started = 0usize;
+    while Instant::now() < deadline {
+        helpers.retain(|h| !h.is_finished());
+        while helpers.len() < count && started < max {
+            match spawn(started) {
+                Ok(h) => helpers.push(h),
+                Err(e) => return (helpers, Err(e)),
+            }
+            started += 1;
+        }
+        tokio::time::sleep_until((Instant::now() + SUPERVISE_INTERVAL).min(deadline)).await;
+    }
+    (helpers, Ok(()))
+}
+
 /// Writes `line` to a helper's stdin (nothing if it is closed or gone).
 pub async fn send_line(stdin: &tokio::sync::Mutex<Option<tokio::process::ChildStdin>>, line: &str) {
     use tokio::io::AsyncWriteExt;
@@ -369,6 +398,23 @@ impl HelperEvent {
     /// Records it in `history` as an event of `process`.
     pub fn record(self, history: &History, process: Process) -> Event {
         history.record_at(process, self.kind, &self.f, self.value, self.error, self.at)
+    }
+}
+
+/// One event of a hand-made history at `at_ms` milliseconds (index 0:
+/// numbered once the history is sorted); a `fail` says `refused`.
+pub fn hand_event(process: Process, kind: Kind, f: &str, value: Value, at_ms: u64) -> Event {
+    let time = at_ms * 1_000_000;
+    Event {
+        index: 0,
+        process,
+        kind,
+        f: f.to_string(),
+        value,
+        time,
+        mono_ns: time,
+        wall_ns: 0,
+        error: (kind == Kind::Fail).then(|| "refused".to_string()),
     }
 }
 

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::checkers::{
     check_coverage, duplicate_tokens, expiry_excuses, token_order, GrantlessWindow, TokenSpan,
 };
-use crate::history::{pair, Event, Kind, Op};
+use crate::history::{outcome_counts, pair, Event, Kind, Op};
 use crate::workload::{Anomaly, CheckCtx, CheckResult};
 use crate::workloads::lock::{keep_first_per_kind, liveness_bound};
 
@@ -311,12 +311,7 @@ pub fn takeovers(terms: &[Term], faults: &[ClientFaultOp], bound: Duration) -> V
 /// Judges a history of this workload.
 pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
     let ops = pair(events);
-    let end = events
-        .iter()
-        .map(|e| e.time)
-        .max()
-        .unwrap_or(0)
-        .max(ctx.end);
+    let end = ctx.history_end(events);
     let terms = terms(&ops, end);
     let mut anomalies = Vec::new();
     let mut notes = Vec::new();
@@ -438,12 +433,7 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
         }
         anomalies.push(slow_successor(&t, &terms, successor_bound));
     }
-    let count = |f: &str, kind: Kind| {
-        ops.iter()
-            .filter(|o| o.invoke.f == f && o.outcome() == kind)
-            .count()
-    };
-    let outcomes = |f: &str| json!({ "ok": count(f, Kind::Ok), "fail": count(f, Kind::Fail), "info": count(f, Kind::Info) });
+    let outcomes = |f: &str| outcome_counts(&ops, f);
     let mut ended_by: BTreeMap<&str, usize> = BTreeMap::new();
     for t in &terms {
         *ended_by.entry(t.ended_by.as_str()).or_default() += 1;

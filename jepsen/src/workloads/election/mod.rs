@@ -65,7 +65,9 @@ use crate::workload::RunCtx;
 use crate::workloads::client_faults::{
     kill_client, pause_client, pause_length, ClientFault, PAUSE_EXTRA,
 };
-use crate::workloads::support::{finish_helpers, helper_args, HelperEvent, HelperProc, Processes};
+use crate::workloads::support::{
+    finish_helpers, helper_args, keep_helpers, HelperEvent, HelperProc, Processes,
+};
 
 pub mod candidate;
 mod check;
@@ -91,8 +93,6 @@ pub const CLIENT_FAULT_SPACING: Duration = Duration::from_secs(3);
 const STRIKE_DELAY_MS: (u64, u64) = (20, 300);
 /// How long the run waits for its candidates to finish after asking them.
 const FINISH_WAIT: Duration = Duration::from_secs(15);
-/// How often the run replaces candidates that exited.
-const SUPERVISE_INTERVAL: Duration = Duration::from_millis(200);
 /// Most candidate processes one run starts.
 const CANDIDATES_MAX: usize = 500;
 
@@ -132,23 +132,11 @@ pub async fn run(ctx: &RunCtx) -> Result<(), String> {
         .open(ctx.dir.join("election-candidates.log"))
         .map_err(|e| format!("candidate log in {}: {e}", ctx.dir.display()))?;
     let striker = (!ctx.client_faults.is_empty()).then(|| tokio::spawn(strike(shared.clone())));
-    let mut candidates: Vec<HelperProc> = Vec::new();
-    let mut started = 0usize;
-    let mut result = Ok(());
-    while Instant::now() < ctx.deadline {
-        candidates.retain(|c| !c.is_finished());
-        while candidates.len() < ctx.concurrency.max(2) && started < CANDIDATES_MAX {
-            match spawn_candidate(&shared, started, &log) {
-                Ok(c) => candidates.push(c),
-                Err(e) => result = Err(e),
-            }
-            started += 1;
-        }
-        if result.is_err() {
-            break;
-        }
-        tokio::time::sleep_until((Instant::now() + SUPERVISE_INTERVAL).min(ctx.deadline)).await;
-    }
+    let (mut candidates, result) =
+        keep_helpers(ctx.deadline, ctx.concurrency.max(2), CANDIDATES_MAX, |n| {
+            spawn_candidate(&shared, n, &log)
+        })
+        .await;
     if let Some(s) = striker {
         let _ = s.await;
     }

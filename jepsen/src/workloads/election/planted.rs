@@ -4,6 +4,7 @@
 use serde_json::{json, Value};
 
 use crate::history::{Event, Kind, Process};
+use crate::workloads::support::hand_event;
 
 /// Histories of this workload each with one planted anomaly, named; the
 /// selftest checks that `check` calls every one invalid (with a 3 s
@@ -96,18 +97,8 @@ impl Plant {
     }
 
     fn push(mut self, process: u64, kind: Kind, f: &str, value: Value, at_ms: u64) -> Plant {
-        let time = at_ms * MS;
-        self.events.push(Event {
-            index: 0,
-            process: Process::Client(process),
-            kind,
-            f: f.to_string(),
-            value,
-            time,
-            mono_ns: time,
-            wall_ns: 0,
-            error: (kind == Kind::Fail).then(|| "refused".to_string()),
-        });
+        self.events
+            .push(hand_event(Process::Client(process), kind, f, value, at_ms));
         self
     }
 

@@ -45,7 +45,7 @@ use crate::history::{History, Invocation, Kind, Process};
 use crate::workload::RunCtx;
 use crate::workloads::client_faults::{pause_client, pause_length, PAUSE_EXTRA};
 use crate::workloads::support::{
-    finish_helpers, helper_args, run_tag, send_line, HelperProc, Processes,
+    finish_helpers, helper_args, keep_helpers, run_tag, send_line, HelperProc, Processes,
 };
 
 pub use check::{check, planted_anomalies};
@@ -62,8 +62,6 @@ const ZOMBIE_SPACING: Duration = Duration::from_secs(3);
 const ZOMBIE_ODDS: u32 = 3;
 /// How long the run waits for its clients to finish after asking them to.
 const FINISH_WAIT: Duration = Duration::from_secs(15);
-/// How often the run replaces clients that exited.
-const SUPERVISE_INTERVAL: Duration = Duration::from_millis(200);
 /// Most client processes one run starts.
 const CLIENTS_MAX: usize = 500;
 /// The resource's name in the fence's table.
@@ -96,23 +94,11 @@ async fn run_with(ctx: &RunCtx, fenced: bool) -> Result<(), String> {
         .open(ctx.dir.join("lock-set-clients.log"))
         .map_err(|e| format!("client log in {}: {e}", ctx.dir.display()))?;
     let lock = format!("{ROOT}/{}", run_tag(ctx));
-    let mut clients: Vec<HelperProc> = Vec::new();
-    let mut started = 0usize;
-    let mut result = Ok(());
-    while Instant::now() < ctx.deadline {
-        clients.retain(|c| !c.is_finished());
-        while clients.len() < ctx.concurrency.max(2) && started < CLIENTS_MAX {
-            match spawn_client(&shared, &lock, started, &log) {
-                Ok(c) => clients.push(c),
-                Err(e) => result = Err(e),
-            }
-            started += 1;
-        }
-        if result.is_err() {
-            break;
-        }
-        tokio::time::sleep_until((Instant::now() + SUPERVISE_INTERVAL).min(ctx.deadline)).await;
-    }
+    let (mut clients, result) =
+        keep_helpers(ctx.deadline, ctx.concurrency.max(2), CLIENTS_MAX, |n| {
+            spawn_client(&shared, &lock, n, &log)
+        })
+        .await;
     // Ask every client to finish its round, then make sure none is left.
     let until = Instant::now() + FINISH_WAIT + pause_length(ctx.session_timeout);
     finish_helpers(&mut clients, until).await;
