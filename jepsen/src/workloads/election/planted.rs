@@ -89,6 +89,7 @@ pub(super) struct Plant {
     events: Vec<Event>,
 }
 
+#[cfg(test)]
 pub(super) const MS: u64 = 1_000_000;
 
 impl Plant {

@@ -79,6 +79,7 @@ pub(super) struct Planted {
     events: Vec<Event>,
 }
 
+#[cfg(test)]
 pub(super) const MS: u64 = 1_000_000;
 
 impl Planted {
