@@ -482,3 +482,35 @@ pub fn assert_every_planted_invalid(
         assert_eq!(r.anomalies.len(), 1, "{name}: {:?}", r.anomalies);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_helper_event_is_recorded_as_printed_and_bad_lines_are_named() {
+        let e = HelperEvent {
+            kind: Kind::Ok,
+            f: "campaign".into(),
+            value: json!({ "token": 7 }),
+            error: None,
+            at: 5_000,
+        };
+        let line = serde_json::to_string(&e).unwrap();
+        assert_eq!(HelperEvent::parse(&line), Ok(e.clone()));
+        let h = History::starting_at(1_000);
+        let recorded = e.record(&h, Process::Client(3));
+        assert_eq!(
+            (
+                recorded.time,
+                recorded.kind,
+                recorded.value["token"].as_u64()
+            ),
+            (4_000, Kind::Ok, Some(7))
+        );
+        assert!(HelperEvent::parse("granted 1 2")
+            .unwrap_err()
+            .contains("granted 1 2"));
+    }
+}
