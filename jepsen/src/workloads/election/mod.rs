@@ -138,6 +138,10 @@ pub async fn run(ctx: &RunCtx) -> Result<(), String> {
         })
         .await;
     if let Some(s) = striker {
+        if result.is_err() {
+            // No candidates to hit; one left stopped is resumed below.
+            s.abort();
+        }
         let _ = s.await;
     }
     finish_helpers(&mut candidates, Instant::now() + FINISH_WAIT).await;
