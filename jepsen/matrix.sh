@@ -11,8 +11,10 @@
 #
 # Nemesis sets are separated by `;`; a set may carry extra flags
 # (`kill,pause,partition,client-partition --overlap`). The defaults cover
-# every fault alone and the overlapping mix: a full run is
-# 9 workloads x 10 sets x 3 seeds x 10 min, about 45 hours.
+# every fault alone and the overlapping mix, and for election its leader's
+# process killed or paused (kill-client, pause-client) alone and in the
+# mix: a full run is 9 workloads x 10 sets (election 12) x 3 seeds x 10
+# min, about 46 hours.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +24,9 @@ nodes=3
 store=store
 workloads="lock lease election register sequential ephemeral watch lock-set session-order"
 nemeses="kill;pause;partition;client-partition;membership;restart-all;corrupt;clock;lose-unsynced;kill,pause,partition,client-partition --overlap"
+# Faults of client processes, for the election workload only; added to
+# the sets unless --nemeses is given.
+election_nemeses="kill-client,pause-client;kill,pause,partition,client-partition,kill-client,pause-client --overlap"
 while [ $# -gt 0 ]; do
     case "$1" in
         --time-limit) time_limit=$2; shift 2 ;;
@@ -29,7 +34,7 @@ while [ $# -gt 0 ]; do
         --nodes) nodes=$2; shift 2 ;;
         --store) store=$2; shift 2 ;;
         --workloads) workloads=$2; shift 2 ;;
-        --nemeses) nemeses=$2; shift 2 ;;
+        --nemeses) nemeses=$2; election_nemeses=""; shift 2 ;;
         -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
         *) echo "matrix.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
     esac
@@ -50,8 +55,12 @@ summary="$out/summary.md"
 } >"$summary"
 
 bad=0
-IFS=';' read -ra sets <<<"$nemeses"
 for workload in $workloads; do
+    sets_of=$nemeses
+    if [ "$workload" = election ] && [ -n "$election_nemeses" ]; then
+        sets_of="$nemeses;$election_nemeses"
+    fi
+    IFS=';' read -ra sets <<<"$sets_of"
     for set in "${sets[@]}"; do
         read -ra words <<<"$set"
         faults=${words[0]}
@@ -76,7 +85,11 @@ except Exception as e:
 kinds = {}
 for a in r.get("anomalies", []):
     kinds[a["kind"]] = kinds.get(a["kind"], 0) + 1
-faults = ", ".join(f"{k} {v}" for k, v in sorted(r["faults"]["by_kind"].items())) or "none"
+by_kind = dict(r["faults"]["by_kind"])
+for k, v in (r.get("stats", {}).get("client_faults") or {}).items():
+    if v:
+        by_kind[k] = v
+faults = ", ".join(f"{k} {v}" for k, v in sorted(by_kind.items())) or "none"
 anom = ", ".join(f"{k} x{v}" for k, v in sorted(kinds.items())) or "-"
 notes = [n["kind"] for n in r.get("notes", [])]
 if notes:

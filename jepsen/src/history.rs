@@ -301,6 +301,23 @@ pub fn pair(events: &[Event]) -> Vec<Op> {
     ops
 }
 
+/// How many of `ops` are `f` with `kind` as their outcome.
+pub fn count_ops(ops: &[Op], f: &str, kind: Kind) -> usize {
+    ops.iter()
+        .filter(|o| o.invoke.f == f && o.outcome() == kind)
+        .count()
+}
+
+/// `{"ok": n, "fail": n, "info": n}` of the `f` operations, for a
+/// checker's stats.
+pub fn outcome_counts(ops: &[Op], f: &str) -> Value {
+    serde_json::json!({
+        "ok": count_ops(ops, f, Kind::Ok),
+        "fail": count_ops(ops, f, Kind::Fail),
+        "info": count_ops(ops, f, Kind::Info),
+    })
+}
+
 /// A stretch of time during which a fault was in force.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FaultPeriod {

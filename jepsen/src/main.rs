@@ -56,6 +56,12 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// (internal) An election candidate process.
+    #[command(hide = true)]
+    ElectionCandidate {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Args, Clone)]
@@ -89,7 +95,9 @@ struct TestArgs {
     #[arg(long, value_parser = parse_workload)]
     workload: Workload,
     /// Faults, comma-separated: kill, pause, partition, client-partition,
-    /// membership, restart-all, corrupt, clock, lose-unsynced (or none).
+    /// membership, restart-all, corrupt, clock, lose-unsynced (or none);
+    /// with --workload election also kill-client and pause-client (the
+    /// leading candidate's process killed, or stopped past its session).
     #[arg(long, default_value = "kill,partition")]
     nemesis: String,
     /// Seconds of load.
@@ -187,7 +195,16 @@ fn test_opts(args: TestArgs) -> Result<TestOpts, String> {
     if args.unsafe_resource && args.workload != Workload::LockSet {
         return Err("--unsafe-resource is for --workload lock-set only".into());
     }
-    let faults = nemesis::parse_faults(&args.nemesis)?;
+    let (faults, client_faults) = nemesis::parse_nemesis(&args.nemesis)?;
+    if let Some(f) = client_faults.first() {
+        if args.workload != Workload::Election {
+            return Err(format!(
+                "--nemesis {} is for --workload election only (lock-set pauses its \
+                 clients by itself)",
+                f.name()
+            ));
+        }
+    }
     if args.overlap
         && !(faults.iter().any(|f| f.is_network()) && faults.iter().any(|f| !f.is_network()))
     {
@@ -200,6 +217,7 @@ fn test_opts(args: TestArgs) -> Result<TestOpts, String> {
     Ok(TestOpts {
         workload: args.workload,
         faults,
+        client_faults,
         nodes: c.nodes,
         time_limit: secs(args.time_limit, "--time-limit")?,
         concurrency: args.concurrency,
@@ -231,6 +249,10 @@ fn main() -> ExitCode {
     }
     if let Cmd::LockSetClient { args } = cli.command {
         let code = warden_jepsen::workloads::lock_set::client::client_main(args);
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
+    if let Cmd::ElectionCandidate { args } = cli.command {
+        let code = warden_jepsen::workloads::election::candidate::candidate_main(args);
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
     if let Err(e) = warden_log::init(&cli.log, warden_log::Level::Warn) {
@@ -281,7 +303,9 @@ fn main() -> ExitCode {
                     2
                 }
             },
-            Cmd::EphemeralHolder { .. } | Cmd::LockSetClient { .. } => {
+            Cmd::EphemeralHolder { .. }
+            | Cmd::LockSetClient { .. }
+            | Cmd::ElectionCandidate { .. } => {
                 unreachable!("handled above")
             }
         }
@@ -298,6 +322,7 @@ async fn selftest_main(args: SelftestArgs) -> i32 {
         Ok(TestOpts {
             workload: Workload::Lock,
             faults: Vec::new(),
+            client_faults: Vec::new(),
             nodes: c.nodes,
             time_limit: secs(args.time_limit, "--time-limit")?,
             concurrency: 5,

@@ -39,6 +39,7 @@ use tokio::time::Instant;
 use crate::cluster::Cluster;
 use crate::history::{History, Process};
 use crate::proxy::Mode;
+use crate::workloads::client_faults::ClientFault;
 
 /// A kind of fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -105,17 +106,42 @@ impl FromStr for Fault {
 
 /// Parses `kill,pause,partition` (`none` or empty: no faults).
 pub fn parse_faults(s: &str) -> Result<Vec<Fault>, String> {
-    if s.is_empty() || s == "none" {
-        return Ok(Vec::new());
+    let (faults, client) = parse_nemesis(s)?;
+    match client.first() {
+        Some(f) => Err(format!("{} is a fault of client processes", f.name())),
+        None => Ok(faults),
     }
+}
+
+/// Parses `--nemesis`: the cluster's faults, and the faults of client
+/// processes (`kill-client`, `pause-client`: see
+/// [`client_faults`](crate::workloads::client_faults)), which the
+/// workload deals rather than the schedule.
+pub fn parse_nemesis(s: &str) -> Result<(Vec<Fault>, Vec<ClientFault>), String> {
     let mut out = Vec::new();
+    let mut client = Vec::new();
+    if s.is_empty() || s == "none" {
+        return Ok((out, client));
+    }
     for part in s.split(',') {
-        let f: Fault = part.trim().parse()?;
+        let part = part.trim();
+        if let Ok(f) = part.parse::<ClientFault>() {
+            if !client.contains(&f) {
+                client.push(f);
+            }
+            continue;
+        }
+        let f: Fault = part.parse().map_err(|e: String| {
+            format!(
+                "{e}, {}",
+                ClientFault::ALL.map(ClientFault::name).join(", ")
+            )
+        })?;
         if !out.contains(&f) {
             out.push(f);
         }
     }
-    Ok(out)
+    Ok((out, client))
 }
 
 /// The schedule.
@@ -812,5 +838,14 @@ mod tests {
         );
         assert!(parse_faults("none").unwrap().is_empty());
         assert!(parse_faults("kill,flood").unwrap_err().contains("flood"));
+        assert_eq!(
+            parse_nemesis("kill,kill-client,pause-client,kill-client").unwrap(),
+            (
+                vec![Fault::Kill],
+                vec![ClientFault::Kill, ClientFault::Pause]
+            )
+        );
+        assert!(parse_faults("kill-client").is_err());
+        assert!(parse_nemesis("flood").unwrap_err().contains("pause-client"));
     }
 }

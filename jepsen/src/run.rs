@@ -13,6 +13,7 @@ use crate::cluster::{Cluster, ClusterOpts};
 use crate::history::{self, Event, History, Kind};
 use crate::nemesis::{self, Fault, Schedule};
 use crate::workload::{Anomaly, CheckCtx, CheckResult, RunCtx, Validity};
+use crate::workloads::client_faults::ClientFault;
 
 /// How long the healed replicas have to stand at one index for their trees
 /// to be compared (see `convergence`).
@@ -129,6 +130,9 @@ impl FromStr for Workload {
 pub struct TestOpts {
     pub workload: Workload,
     pub faults: Vec<Fault>,
+    /// Faults of client processes (`kill-client`, `pause-client`), dealt
+    /// by the workload.
+    pub client_faults: Vec<ClientFault>,
     pub nodes: usize,
     pub time_limit: Duration,
     pub concurrency: usize,
@@ -158,7 +162,12 @@ pub struct TestOpts {
 impl TestOpts {
     /// The command line that reproduces this run.
     pub fn command_line(&self) -> String {
-        let faults: Vec<&str> = self.faults.iter().map(|f| f.name()).collect();
+        let faults: Vec<&str> = self
+            .faults
+            .iter()
+            .map(|f| f.name())
+            .chain(self.client_faults.iter().map(|f| f.name()))
+            .collect();
         format!(
             "warden-jepsen test --workload {} --nemesis {} --nodes {} --time-limit {} \
              --concurrency {} --rate {} --seed {} --nemesis-interval {} --fault-duration {} \
@@ -231,6 +240,20 @@ fn run_dir(store: &Path, workload: &str) -> std::io::Result<PathBuf> {
 
 /// Runs one test; `Err` when it could not run at all (exit code 2).
 pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
+    // A run killed with SIGKILL left its faultfs mounts behind, unserved.
+    let (detached, stuck) = crate::faultfs::stale::detach_stale_under(&opts.store);
+    for m in &detached {
+        println!(
+            "warden-jepsen: detached a stale faultfs mount {}",
+            m.display()
+        );
+    }
+    for (m, e) in &stuck {
+        eprintln!(
+            "warden-jepsen: cannot detach the stale faultfs mount {}: {e}",
+            m.display()
+        );
+    }
     let dir = run_dir(&opts.store, opts.workload.name()).map_err(|e| {
         format!(
             "cannot create the run directory under {}: {e}",
@@ -273,6 +296,7 @@ pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
         request_timeout: opts.request_timeout,
         self_exe: std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?,
         dir: dir.clone(),
+        client_faults: opts.client_faults.clone(),
     };
     let nemesis = tokio::spawn(nemesis::run(
         cluster.clone(),
@@ -407,7 +431,7 @@ pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
     let results = json!({
         "valid": result.valid.to_json(),
         "workload": opts.workload.name(),
-        "nemesis": opts.faults.iter().map(|f| f.name()).collect::<Vec<_>>(),
+        "nemesis": opts.faults.iter().map(|f| f.name()).chain(opts.client_faults.iter().map(|f| f.name())).collect::<Vec<_>>(),
         "seed": opts.seed,
         "command": command,
         "nodes": opts.nodes,

@@ -14,6 +14,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::history::{FaultPeriod, History};
+use crate::workloads::client_faults::ClientFault;
 
 /// Everything a workload's `run` needs.
 #[derive(Debug, Clone)]
@@ -45,6 +46,10 @@ pub struct RunCtx {
     pub self_exe: PathBuf,
     /// Directory of this run's report, for workload-specific files.
     pub dir: PathBuf,
+    /// Faults of client processes the workload deals (`--nemesis
+    /// kill-client,pause-client`; see
+    /// [`client_faults`](crate::workloads::client_faults)).
+    pub client_faults: Vec<ClientFault>,
 }
 
 impl RunCtx {
@@ -78,6 +83,19 @@ pub struct CheckCtx {
     pub session_timeout: Duration,
     /// Total run time in nanoseconds (time of the last event).
     pub end: u64,
+}
+
+impl CheckCtx {
+    /// The end of a history: its last event, or the run's end if later
+    /// (an operation still open at the end lasts until then).
+    pub fn history_end(&self, events: &[crate::history::Event]) -> u64 {
+        events
+            .iter()
+            .map(|e| e.time)
+            .max()
+            .unwrap_or(0)
+            .max(self.end)
+    }
 }
 
 /// `valid` in results.json.

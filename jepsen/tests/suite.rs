@@ -1,7 +1,8 @@
 //! Short runs of the suite against real clusters, as CI runs them: the
 //! selftest (every planted anomaly caught, the unsafe lock client caught),
 //! then every workload for about 30 s under kill and partition faults on a
-//! 3-node cluster, each of which must be judged valid. Runs one at a time
+//! 3-node cluster (election also with its leader's process killed or
+//! paused), each of which must be judged valid. Runs one at a time
 //! (each starts its own cluster); their reports stay under
 //! target/tmp/jepsen-store for reading when one fails.
 
@@ -107,9 +108,23 @@ fn lease_under_kill_partition_and_clock_jumps() {
     );
 }
 
+/// Candidates are processes: besides the nodes' faults, the leading
+/// candidate is killed with SIGKILL (a successor must lead within the
+/// session timeout and the election slack) or stopped past its session (a
+/// zombie leader). The seed picks both.
 #[test]
-fn election_under_kill_and_partition() {
-    short_run("election");
+fn election_under_kill_partition_and_leader_kills_and_pauses() {
+    let r = checked_run(
+        "election",
+        "kill,partition,kill-client,pause-client",
+        &["--seed", "1"],
+    );
+    let hit = &r["stats"]["client_faults"];
+    assert!(
+        hit["kill-client"].as_u64().unwrap_or(0) + hit["pause-client"].as_u64().unwrap_or(0) > 0,
+        "no leader killed or paused: {}",
+        r["stats"]
+    );
 }
 
 #[test]

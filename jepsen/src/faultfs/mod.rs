@@ -33,9 +33,11 @@
 //!
 //! The layer runs in the harness process (one FUSE thread per node), and is
 //! unmounted when its [`Layer`] drops; a harness killed with SIGKILL leaves
-//! stale mounts (`umount -l DIR` clears them).
+//! stale mounts, which the next run in the same store detaches
+//! ([`stale`]; by hand: `umount -l DIR`).
 
 pub mod cache;
+pub mod stale;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;

@@ -1,6 +1,7 @@
 //! The workloads: each a `run` that drives clients and records the history,
 //! and a `check` that judges it (see [`crate::workload`]).
 
+pub mod client_faults;
 pub mod election;
 pub mod ephemeral;
 pub mod lease;

@@ -162,6 +162,112 @@ pub fn spawn_helper(
         .map_err(|e| format!("starting {} {subcommand}: {e}", ctx.self_exe.display()))
 }
 
+/// A helper process the run started, with the task that reads its stdout
+/// (its end means the process is gone) and its stdin, for the run's lines.
+pub struct HelperProc {
+    child: tokio::process::Child,
+    pub pid: Option<u32>,
+    pub stdin: Arc<tokio::sync::Mutex<Option<tokio::process::ChildStdin>>>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl HelperProc {
+    /// Starts a helper ([`spawn_helper`]) and `serve(pid, stdout, stdin)`
+    /// as the task that reads it.
+    pub fn start<F, Fut>(
+        ctx: &RunCtx,
+        subcommand: &str,
+        args: &[String],
+        log: &std::fs::File,
+        serve: F,
+    ) -> Result<HelperProc, String>
+    where
+        F: FnOnce(
+            Option<u32>,
+            tokio::process::ChildStdout,
+            Arc<tokio::sync::Mutex<Option<tokio::process::ChildStdin>>>,
+        ) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let mut child = spawn_helper(ctx, subcommand, args, log)?;
+        let pid = child.id();
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stdin = Arc::new(tokio::sync::Mutex::new(child.stdin.take()));
+        let reader = tokio::spawn(serve(pid, stdout, stdin.clone()));
+        Ok(HelperProc {
+            child,
+            pid,
+            stdin,
+            reader,
+        })
+    }
+
+    /// Whether its stdout ended (the process exited or was killed).
+    pub fn is_finished(&self) -> bool {
+        self.reader.is_finished()
+    }
+}
+
+/// How often [`keep_helpers`] replaces helpers that exited.
+const SUPERVISE_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Keeps `count` helpers running until `deadline`: starts them with
+/// `spawn(n)` (`n` counts every helper started, from 0) and replaces each
+/// that exits, `max` in all. Returns those still running, and the error
+/// of a `spawn` that failed (which ends it early).
+pub async fn keep_helpers(
+    deadline: Instant,
+    count: usize,
+    max: usize,
+    mut spawn: impl FnMut(usize) -> Result<HelperProc, String>,
+) -> (Vec<HelperProc>, Result<(), String>) {
+    let mut helpers: Vec<HelperProc> = Vec::new();
+    let mut started = 0usize;
+    while Instant::now() < deadline {
+        helpers.retain(|h| !h.is_finished());
+        while helpers.len() < count && started < max {
+            match spawn(started) {
+                Ok(h) => helpers.push(h),
+                Err(e) => return (helpers, Err(e)),
+            }
+            started += 1;
+        }
+        tokio::time::sleep_until((Instant::now() + SUPERVISE_INTERVAL).min(deadline)).await;
+    }
+    (helpers, Ok(()))
+}
+
+/// Writes `line` to a helper's stdin (nothing if it is closed or gone).
+pub async fn send_line(stdin: &tokio::sync::Mutex<Option<tokio::process::ChildStdin>>, line: &str) {
+    use tokio::io::AsyncWriteExt;
+    if let Some(s) = stdin.lock().await.as_mut() {
+        let _ = s.write_all(format!("{line}\n").as_bytes()).await;
+        let _ = s.flush().await;
+    }
+}
+
+/// Asks every helper to finish (a `stop` line) and waits for them until
+/// `until`; one still there then is let go on (SIGCONT, if it was
+/// stopped) and killed. Their readers are awaited, so every line they
+/// printed is recorded when this returns.
+pub async fn finish_helpers(helpers: &mut [HelperProc], until: Instant) {
+    for h in helpers.iter() {
+        send_line(&h.stdin, "stop").await;
+    }
+    for h in helpers.iter_mut() {
+        if tokio::time::timeout_at(until, h.child.wait())
+            .await
+            .is_err()
+        {
+            crate::workloads::client_faults::resume(h.pid);
+            let _ = h.child.start_kill();
+            let _ = h.child.wait().await;
+        }
+        *h.stdin.lock().await = None;
+        let _ = (&mut h.reader).await;
+    }
+}
+
 /// The flags every helper gets: `--servers`, `--session-timeout-ms`,
 /// `--request-timeout-ms`, as [`helper_args`] writes them.
 pub fn helper_args(ctx: &RunCtx, servers: &str) -> Vec<String> {
@@ -251,6 +357,67 @@ where
     }
 }
 
+/// One event of an operation that a helper process did, as it reports it
+/// on its stdout (one JSON object a line); the run records it under the
+/// helper's process number with the helper's own time (CLOCK_MONOTONIC,
+/// see [`crate::clock`]), so a helper's history reads like an in-process
+/// client's.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HelperEvent {
+    pub kind: Kind,
+    pub f: String,
+    #[serde(default)]
+    pub value: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// CLOCK_MONOTONIC, ns.
+    pub at: u64,
+}
+
+impl HelperEvent {
+    /// Prints an event that happens now (in a helper process).
+    pub fn report(kind: Kind, f: &str, value: Value, error: Option<String>) {
+        let e = HelperEvent {
+            kind,
+            f: f.to_string(),
+            value,
+            error,
+            at: crate::clock::mono_ns(),
+        };
+        println!(
+            "{}",
+            serde_json::to_string(&e).expect("an event serializes")
+        );
+    }
+
+    /// Reads a line a helper printed.
+    pub fn parse(line: &str) -> Result<HelperEvent, String> {
+        serde_json::from_str(line).map_err(|e| format!("unreadable helper line {line:?}: {e}"))
+    }
+
+    /// Records it in `history` as an event of `process`.
+    pub fn record(self, history: &History, process: Process) -> Event {
+        history.record_at(process, self.kind, &self.f, self.value, self.error, self.at)
+    }
+}
+
+/// One event of a hand-made history at `at_ms` milliseconds (index 0:
+/// numbered once the history is sorted); a `fail` says `refused`.
+pub fn hand_event(process: Process, kind: Kind, f: &str, value: Value, at_ms: u64) -> Event {
+    let time = at_ms * 1_000_000;
+    Event {
+        index: 0,
+        process,
+        kind,
+        f: f.to_string(),
+        value,
+        time,
+        mono_ns: time,
+        wall_ns: 0,
+        error: (kind == Kind::Fail).then(|| "refused".to_string()),
+    }
+}
+
 /// Builds a history by hand, with chosen times (ns), for planted anomalies
 /// and tests.
 #[derive(Debug, Default)]
@@ -313,5 +480,37 @@ pub fn assert_every_planted_invalid(
         let r = check(&events, &planted_ctx(&events));
         assert_eq!(r.valid, crate::workload::Validity::Invalid, "{name}");
         assert_eq!(r.anomalies.len(), 1, "{name}: {:?}", r.anomalies);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_helper_event_is_recorded_as_printed_and_bad_lines_are_named() {
+        let e = HelperEvent {
+            kind: Kind::Ok,
+            f: "campaign".into(),
+            value: json!({ "token": 7 }),
+            error: None,
+            at: 5_000,
+        };
+        let line = serde_json::to_string(&e).unwrap();
+        assert_eq!(HelperEvent::parse(&line), Ok(e.clone()));
+        let h = History::starting_at(1_000);
+        let recorded = e.record(&h, Process::Client(3));
+        assert_eq!(
+            (
+                recorded.time,
+                recorded.kind,
+                recorded.value["token"].as_u64()
+            ),
+            (4_000, Kind::Ok, Some(7))
+        );
+        assert!(HelperEvent::parse("granted 1 2")
+            .unwrap_err()
+            .contains("granted 1 2"));
     }
 }

@@ -1,6 +1,8 @@
 //! The `election` workload's checker: terms of office rebuilt from the
 //! history and judged for one leader at a time, rising tokens and
-//! successors taking over.
+//! successors taking over (within the liveness bound in any healthy
+//! stretch, and within [`successor_bound`] after a leader was killed or
+//! paused).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -10,9 +12,11 @@ use serde_json::{json, Value};
 use crate::checkers::{
     check_coverage, duplicate_tokens, expiry_excuses, token_order, GrantlessWindow, TokenSpan,
 };
-use crate::history::{pair, Event, Kind, Op};
+use crate::history::{outcome_counts, pair, Event, Kind, Op};
 use crate::workload::{Anomaly, CheckCtx, CheckResult};
 use crate::workloads::lock::{keep_first_per_kind, liveness_bound};
+
+use super::{successor_bound, ELECTION_SLACK};
 
 /// One term of office as its leader believed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +34,8 @@ pub struct Term {
     /// The leader's last contact with the cluster: the campaign's `ok`,
     /// or the invocation of its last successful confirmation.
     pub last_contact_ns: u64,
-    /// `resign`, `close`, `step-down: <reason>` or `end of history`.
+    /// `resign`, `close`, `step-down: <reason>`, `killed` (a
+    /// `kill-client` of the leader's process) or `end of history`.
     pub ended_by: String,
     /// Whether it ended by a resign that succeeded: the session surely
     /// lived through the term.
@@ -53,12 +58,60 @@ impl Term {
     }
 }
 
-/// The terms of a history, in no particular order.
+/// A client fault that hit a candidate process: `kill-client` or
+/// `pause-client` (see [`client_faults`](crate::workloads::client_faults)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientFaultOp {
+    pub f: String,
+    /// The history process hit.
+    pub client: u64,
+    /// When the signal went (the invocation).
+    pub at_ns: u64,
+    /// How long it lasted: for ever for a kill, the pause for a pause.
+    pub lasts_ns: u64,
+    /// History index of the invocation.
+    pub index: u64,
+}
+
+/// The client faults of a history that took effect (`ok`).
+pub fn client_faults(ops: &[Op]) -> Vec<ClientFaultOp> {
+    ops.iter()
+        .filter(|o| matches!(o.invoke.f.as_str(), "kill-client" | "pause-client"))
+        .filter(|o| o.outcome() == Kind::Ok)
+        .filter_map(|o| {
+            Some(ClientFaultOp {
+                f: o.invoke.f.clone(),
+                client: o.invoke.value.get("client")?.as_u64()?,
+                at_ns: o.invoke.time,
+                lasts_ns: match o.invoke.f.as_str() {
+                    "kill-client" => u64::MAX,
+                    _ => o
+                        .invoke
+                        .value
+                        .get("ms")?
+                        .as_u64()?
+                        .saturating_mul(1_000_000),
+                },
+                index: o.invoke.index,
+            })
+        })
+        .collect()
+}
+
+/// The terms of a history, in no particular order. A term ends at the
+/// invocation of whatever ended it, or at the `kill-client` that killed
+/// its process, whichever came first.
 pub fn terms(ops: &[Op], end: u64) -> Vec<Term> {
     let mut by_process: BTreeMap<u64, Vec<&Op>> = BTreeMap::new();
     for op in ops {
         if let Some(p) = op.invoke.process.client() {
             by_process.entry(p).or_default().push(op);
+        }
+    }
+    let mut killed: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    for f in client_faults(ops) {
+        if f.f == "kill-client" {
+            killed.entry(f.client).or_insert((f.at_ns, f.index));
         }
     }
     let mut out = Vec::new();
@@ -83,7 +136,14 @@ pub fn terms(ops: &[Op], end: u64) -> Vec<Term> {
                     "resign" | "close" | "step-down" | "campaign"
                 )
             });
-            let ended_ns = ender.map(|o| o.invoke.time).unwrap_or(end);
+            let kill = killed
+                .get(&process)
+                .copied()
+                .filter(|&(at, _)| at >= done.time && ender.is_none_or(|o| at < o.invoke.time));
+            let ended_ns = match kill {
+                Some((at, _)) => at,
+                None => ender.map(|o| o.invoke.time).unwrap_or(end),
+            };
             let last_contact_ns = rest
                 .iter()
                 .filter(|o| o.invoke.f == "confirm" && o.invoke.time < ended_ns)
@@ -91,6 +151,7 @@ pub fn terms(ops: &[Op], end: u64) -> Vec<Term> {
                 .map(|o| o.invoke.time)
                 .fold(done.time, u64::max);
             let ended_by = match ender {
+                _ if kill.is_some() => "killed".to_string(),
                 None => "end of history".to_string(),
                 Some(o) if o.invoke.f == "step-down" => format!(
                     "step-down: {}",
@@ -98,7 +159,12 @@ pub fn terms(ops: &[Op], end: u64) -> Vec<Term> {
                 ),
                 Some(o) => o.invoke.f.clone(),
             };
-            let clean = ender.is_some_and(|o| o.invoke.f == "resign" && o.outcome() == Kind::Ok);
+            let clean = kill.is_none()
+                && ender.is_some_and(|o| o.invoke.f == "resign" && o.outcome() == Kind::Ok);
+            let ender_index = match kill {
+                Some((_, index)) => Some(index),
+                None => ender.map(|o| o.invoke.index),
+            };
             out.push(Term {
                 process,
                 session,
@@ -110,7 +176,7 @@ pub fn terms(ops: &[Op], end: u64) -> Vec<Term> {
                 ended_by,
                 clean,
                 ops: std::iter::once(op.invoke.index)
-                    .chain(ender.map(|o| o.invoke.index))
+                    .chain(ender_index)
                     .collect(),
             });
         }
@@ -200,15 +266,52 @@ pub fn check_terms(terms: &[Term], session_timeout: Duration) -> Vec<ElectionAno
     out
 }
 
+/// What became of the leadership after a client fault hit a leader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Takeover {
+    pub fault: ClientFaultOp,
+    /// The term (index into the terms) the fault hit.
+    pub term: usize,
+    /// The first term of another process that began after the fault.
+    pub successor: Option<usize>,
+}
+
+impl Takeover {
+    /// From the fault to the successor's start.
+    pub fn latency_ns(&self, terms: &[Term]) -> Option<u64> {
+        self.successor
+            .map(|s| terms[s].started_ns.saturating_sub(self.fault.at_ns))
+    }
+}
+
+/// The takeovers to judge: every client fault that hit a process while it
+/// led, and lasted at least `bound` (a kill lasts for ever; a pause
+/// shorter than that may end before the session does).
+pub fn takeovers(terms: &[Term], faults: &[ClientFaultOp], bound: Duration) -> Vec<Takeover> {
+    let bound = bound.as_nanos() as u64;
+    let mut out = Vec::new();
+    for fault in faults.iter().filter(|f| f.lasts_ns >= bound) {
+        let Some(term) = terms.iter().position(|t| {
+            t.process == fault.client && t.started_ns <= fault.at_ns && fault.at_ns <= t.ended_ns
+        }) else {
+            continue;
+        };
+        let successor = (0..terms.len())
+            .filter(|&i| terms[i].process != fault.client && terms[i].started_ns > fault.at_ns)
+            .min_by_key(|&i| terms[i].started_ns);
+        out.push(Takeover {
+            fault: fault.clone(),
+            term,
+            successor,
+        });
+    }
+    out
+}
+
 /// Judges a history of this workload.
 pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
     let ops = pair(events);
-    let end = events
-        .iter()
-        .map(|e| e.time)
-        .max()
-        .unwrap_or(0)
-        .max(ctx.end);
+    let end = ctx.history_end(events);
     let terms = terms(&ops, end);
     let mut anomalies = Vec::new();
     let mut notes = Vec::new();
@@ -297,12 +400,40 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
     let leaderless = check_coverage(&spans, &faults, from, to, bound.as_nanos() as u64);
     anomalies.extend(leaderless.iter().map(|w| no_leader(w, bound, &campaigns)));
 
-    let count = |f: &str, kind: Kind| {
-        ops.iter()
-            .filter(|o| o.invoke.f == f && o.outcome() == kind)
-            .count()
-    };
-    let outcomes = |f: &str| json!({ "ok": count(f, Kind::Ok), "fail": count(f, Kind::Fail), "info": count(f, Kind::Info) });
+    // Successors after a client fault hit the leader: within the bound,
+    // unless a nemesis fault was in force meanwhile (a new Raft leader
+    // gives every session a fresh timeout; a cut-off server cannot expire
+    // anything) or the history ends first.
+    let successor_bound = successor_bound(ctx.session_timeout);
+    let bound_ns = successor_bound.as_nanos() as u64;
+    let nemesis: Vec<(u64, u64)> = ctx
+        .faults
+        .iter()
+        .cloned()
+        .chain(crate::history::fault_periods(events))
+        .map(|f| (f.start, f.end.unwrap_or(u64::MAX)))
+        .collect();
+    let hit = client_faults(&ops);
+    let mut latencies_ms = Vec::new();
+    let (mut excused, mut unjudged) = (0usize, 0usize);
+    for t in takeovers(&terms, &hit, successor_bound) {
+        let latency = t.latency_ns(&terms);
+        if let Some(l) = latency.filter(|&l| l <= bound_ns) {
+            latencies_ms.push(l / 1_000_000);
+            continue;
+        }
+        let (from, until) = (t.fault.at_ns, t.fault.at_ns.saturating_add(bound_ns));
+        if nemesis.iter().any(|&(s, e)| s < until && e > from) {
+            excused += 1;
+            continue;
+        }
+        if latency.is_none() && to < until {
+            unjudged += 1;
+            continue;
+        }
+        anomalies.push(slow_successor(&t, &terms, successor_bound));
+    }
+    let outcomes = |f: &str| outcome_counts(&ops, f);
     let mut ended_by: BTreeMap<&str, usize> = BTreeMap::new();
     for t in &terms {
         *ended_by.entry(t.ended_by.as_str()).or_default() += 1;
@@ -322,10 +453,59 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
         "processes": ops.iter().filter_map(|o| o.invoke.process.client()).collect::<std::collections::BTreeSet<_>>().len(),
         "longest_leaderless_ms": longest_leaderless_ms,
         "liveness_bound_ms": bound.as_millis() as u64,
+        "client_faults": {
+            "kill-client": hit.iter().filter(|f| f.f == "kill-client").count(),
+            "pause-client": hit.iter().filter(|f| f.f == "pause-client").count(),
+        },
+        "takeovers": {
+            "successor_bound_ms": successor_bound.as_millis() as u64,
+            "in_time": latencies_ms.len(),
+            "excused_by_nemesis": excused,
+            "unjudged_at_end": unjudged,
+            "max_ms": latencies_ms.iter().max(),
+            "latencies_ms": latencies_ms,
+        },
         "anomalies_by_kind": anomaly_counts,
         "notes_by_kind": note_counts,
     });
     CheckResult::from_anomalies(anomalies, notes, stats)
+}
+
+/// A `slow-successor` anomaly: no new leader within the bound after the
+/// leader was killed or paused.
+fn slow_successor(t: &Takeover, terms: &[Term], bound: Duration) -> Anomaly {
+    let hit = &terms[t.term];
+    let what = if t.fault.f == "kill-client" {
+        "was killed"
+    } else {
+        "was paused"
+    };
+    let after = match t.latency_ns(terms) {
+        Some(l) => format!("the next leader began {:.3} s later", l as f64 / 1e9),
+        None => "nobody led after it".to_string(),
+    };
+    Anomaly {
+        kind: "slow-successor".into(),
+        message: format!(
+            "process {} {what} while leading (token {}) with no nemesis fault in force, and {after} \
+             (bound {:.1} s: the session timeout and {:.1} s)",
+            hit.process,
+            hit.token,
+            bound.as_secs_f64(),
+            ELECTION_SLACK.as_secs_f64()
+        ),
+        ops: std::iter::once(t.fault.index)
+            .chain(hit.ops.iter().copied())
+            .chain(t.successor.map(|s| terms[s].ops[0]))
+            .collect(),
+        detail: json!({
+            "fault": t.fault.f,
+            "at_ns": t.fault.at_ns,
+            "leader": hit.json(),
+            "successor": t.successor.map(|s| terms[s].json()),
+            "bound_ns": bound.as_nanos() as u64,
+        }),
+    }
 }
 
 /// A `no-leader-while-healthy` anomaly for a leaderless window, with the

@@ -1,15 +1,17 @@
 //! The `election` workload: leader election as its users run it. Several
-//! candidates, each in its own session with a home server (spread
-//! round-robin over all servers), campaign in one election (the recipes'
-//! [`LeaderElection`]), lead for a while, and give up leadership by
-//! resigning, by closing their session, or because a fault cut them off.
+//! candidates, each a process of its own (`warden-jepsen
+//! election-candidate`, see [`candidate`]) with one session and a home
+//! server (spread round-robin over all servers), campaign in one election
+//! (the recipes' [`LeaderElection`](warden_recipes::LeaderElection)), lead
+//! for a while, and give up leadership by resigning, by closing their
+//! session, or because a fault cut them off. A candidate whose session is
+//! over, or which saw an unknown outcome, exits; the run starts a new one
+//! under a new process number.
 //!
 //! Each candidate records what it believed:
 //! - `campaign`: ok with the term's token, session and node once it leads
 //!   (it believes it leads from the `ok` on); `fail` when it gave up
-//!   waiting or was refused; `info` when the outcome is unknown (then the
-//!   candidate retires its session and goes on as a new process,
-//!   `worker + k * concurrency`);
+//!   waiting or was refused; `info` when the outcome is unknown;
 //! - `confirm`, while leading, every 250 ms: a linearizable
 //!   look-up of its own node, which reaches the Raft leader, so an `ok`
 //!   is a contact of the session with the cluster (the server cannot have
@@ -21,32 +23,53 @@
 //!   stops acting as leader at once, as Curator's leader latch does on
 //!   `SUSPENDED`; it then retires its session.
 //!
+//! With `--nemesis kill-client` and/or `pause-client` the run also hits
+//! the candidate that leads (as far as the lines it has read say), one
+//! fault at a time, spaced by [`CLIENT_FAULT_SPACING`]: SIGKILL (a crash:
+//! the session is never closed and must expire; the run starts a new
+//! candidate) or SIGSTOP for twice the session timeout and more, then
+//! SIGCONT (a zombie leader that wakes up believing it leads, until it
+//! notices). Both are recorded, `kill-client` and `pause-client`, by the
+//! [`client_faults`](crate::workloads::client_faults) shared with the
+//! lock-set workload.
+//!
 //! The checker ([`check`](mod@check)) rebuilds the terms (campaign `ok` to the end of
-//! the belief) and asks: at most one leader at a time, an overlap being
-//! excused only when the earlier leader's session may have ended and the
-//! later term began at least the session timeout (less
+//! the belief, or to the `kill-client` that killed the leader) and asks:
+//! at most one leader at a time, an overlap being excused only when the
+//! earlier leader's session may have ended and the later term began at
+//! least the session timeout (less
 //! [`EXPIRY_SLACK`](crate::checkers::EXPIRY_SLACK)) after the earlier
 //! leader's last contact (the lock checker's rule,
 //! [`expiry_excuses`](crate::checkers::expiry_excuses)); tokens unique and
 //! rising over every pair of terms
-//! ([`token_order`](crate::checkers::token_order)); and successors taking
-//! over: no stretch longer than the liveness bound without a leader while a
-//! majority of nodes was up and connected.
+//! ([`token_order`](crate::checkers::token_order)); after a killed or
+//! paused leader, a successor leading within [`successor_bound`] (the
+//! session timeout and [`ELECTION_SLACK`]) unless a nemesis fault was in
+//! force meanwhile; and no stretch longer than the liveness bound without
+//! a leader while a majority of nodes was up and connected.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
+use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::ChildStdout;
+use tokio::sync::watch;
 use tokio::time::Instant;
-use warden_client::{Client, SessionState};
-use warden_recipes::{LeaderElection, Leadership};
 
-use crate::history::{History, Invocation, Process};
+use crate::history::{Kind, Process};
 use crate::workload::RunCtx;
-use crate::workloads::lock::{close_in_background, definite_refusal};
-use crate::workloads::support::{connect_options, connect_until};
+use crate::workloads::client_faults::{
+    kill_client, pause_client, pause_length, ClientFault, PAUSE_EXTRA,
+};
+use crate::workloads::support::{
+    finish_helpers, helper_args, keep_helpers, HelperEvent, HelperProc, Processes,
+};
 
+pub mod candidate;
 mod check;
 mod planted;
 
@@ -55,270 +78,210 @@ pub use planted::planted_anomalies;
 
 /// The election every candidate runs in.
 pub const ELECTION_PATH: &str = "/jepsen/election";
-/// Longest one campaign waits before the candidate records `fail` and
-/// campaigns again (its candidacy is withdrawn meanwhile).
-const CAMPAIGN_WAIT_MAX: Duration = Duration::from_secs(20);
-/// How much longer than its wait a campaign may take before the harness
-/// records `info`: the withdrawal itself may have to wait for a server.
-const CAMPAIGN_SLACK: Duration = Duration::from_secs(3);
-/// How long a leader leads, chosen at random in this range.
-const TERM_MS_MIN: u64 = 100;
-const TERM_MS_MAX: u64 = 1500;
-/// How often a leader confirms its leadership.
-const CONFIRM_EVERY: Duration = Duration::from_millis(250);
-/// One term in this many ends by closing the session instead of resigning.
-const CLOSE_ODDS: u32 = 6;
-/// Pause after retiring a session, so that a cluster refusing everything
-/// is not flooded with new sessions.
-const RETIRE_PAUSE: Duration = Duration::from_millis(200);
+/// The hidden subcommand of the candidate processes.
+pub const CANDIDATE_SUBCOMMAND: &str = "election-candidate";
+/// How much longer than the session timeout a successor may take to lead
+/// after the leader was killed or paused: the server notices the expiry
+/// on its ticks and commits it, the next candidate's watch fires and it
+/// looks at the queue again.
+pub const ELECTION_SLACK: Duration = Duration::from_secs(2);
+/// Least quiet time from the end of one client fault to the next (a
+/// killed leader's fault ends when its successor could have taken over).
+pub const CLIENT_FAULT_SPACING: Duration = Duration::from_secs(3);
+/// How long the run lets a leader lead before it hits it, chosen at random
+/// in this range (terms last 100 ms to 1.5 s).
+const STRIKE_DELAY_MS: (u64, u64) = (20, 300);
+/// How long the run waits for its candidates to finish after asking them.
+const FINISH_WAIT: Duration = Duration::from_secs(15);
+/// Most candidate processes one run starts.
+const CANDIDATES_MAX: usize = 500;
 
-/// Drives candidates until `ctx.deadline`, recording every operation.
-pub async fn run(ctx: &RunCtx) -> Result<(), String> {
-    let mut workers = tokio::task::JoinSet::new();
-    for worker in 0..ctx.concurrency.max(1) {
-        let ctx = ctx.clone();
-        workers.spawn(async move { Candidate::new(ctx, worker).run().await });
-    }
-    let mut failed = Vec::new();
-    while let Some(done) = workers.join_next().await {
-        if let Err(e) = done {
-            failed.push(e.to_string());
-        }
-    }
-    if failed.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("election candidates failed: {}", failed.join("; ")))
-    }
+/// How soon after its leader was killed (or paused for longer than its
+/// session lives) an election must have a new leader: the session timeout
+/// and [`ELECTION_SLACK`].
+pub fn successor_bound(session_timeout: Duration) -> Duration {
+    session_timeout + ELECTION_SLACK
 }
 
-/// What to do with the session after a round.
-enum Next {
-    Continue,
-    Retire,
+/// The candidate that leads, as the run last read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Leader {
+    process: Process,
+    pid: u32,
+    token: u64,
 }
 
-struct Candidate {
+/// What the run's tasks share.
+struct Shared {
     ctx: RunCtx,
-    worker: usize,
-    rng: StdRng,
-    /// Sessions retired so far (the process is `worker + generation *
-    /// concurrency`).
-    generation: u64,
+    processes: Processes,
+    leader: watch::Sender<Option<Leader>>,
 }
 
-impl Candidate {
-    fn new(ctx: RunCtx, worker: usize) -> Candidate {
-        let rng = StdRng::seed_from_u64(ctx.seed ^ (0xE1EC << 16) ^ worker as u64);
-        Candidate {
-            ctx,
-            worker,
-            rng,
-            generation: 0,
+/// Drives candidate processes until `ctx.deadline`, recording every
+/// operation, and hits the leader with the client faults `ctx` names.
+pub async fn run(ctx: &RunCtx) -> Result<(), String> {
+    let shared = Arc::new(Shared {
+        ctx: ctx.clone(),
+        processes: Processes::default(),
+        leader: watch::Sender::new(None),
+    });
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(ctx.dir.join("election-candidates.log"))
+        .map_err(|e| format!("candidate log in {}: {e}", ctx.dir.display()))?;
+    let striker = (!ctx.client_faults.is_empty()).then(|| tokio::spawn(strike(shared.clone())));
+    let (mut candidates, result) =
+        keep_helpers(ctx.deadline, ctx.concurrency.max(2), CANDIDATES_MAX, |n| {
+            spawn_candidate(&shared, n, &log)
+        })
+        .await;
+    if let Some(s) = striker {
+        if result.is_err() {
+            // No candidates to hit; one left stopped is resumed below.
+            s.abort();
         }
+        let _ = s.await;
     }
+    finish_helpers(&mut candidates, Instant::now() + FINISH_WAIT).await;
+    result
+}
 
-    fn history(&self) -> &History {
-        &self.ctx.history
-    }
+/// Starts candidate `n` and the task that records what it prints.
+fn spawn_candidate(
+    shared: &Arc<Shared>,
+    n: usize,
+    log: &std::fs::File,
+) -> Result<HelperProc, String> {
+    let ctx = &shared.ctx;
+    let mut args = helper_args(ctx, &ctx.servers_for(n));
+    args.extend([
+        "--election".to_string(),
+        ELECTION_PATH.to_string(),
+        "--id".to_string(),
+        format!("w{n}"),
+        "--seed".to_string(),
+        (ctx.seed ^ 0xE1EC_0000 ^ (n as u64).wrapping_mul(0x9e37_79b9)).to_string(),
+    ]);
+    let process = shared.processes.fresh();
+    let shared = shared.clone();
+    HelperProc::start(
+        ctx,
+        CANDIDATE_SUBCOMMAND,
+        &args,
+        log,
+        move |pid, stdout, _stdin| serve(shared, process, pid, stdout),
+    )
+}
 
-    fn process(&self) -> Process {
-        let n = self.ctx.concurrency.max(1) as u64;
-        Process::Client(self.worker as u64 + self.generation * n)
-    }
-
-    fn past_deadline(&self) -> bool {
-        Instant::now() >= self.ctx.deadline
-    }
-
-    async fn run(mut self) {
-        let servers = self.ctx.servers_for(self.worker);
-        let options = connect_options(&self.ctx);
-        while !self.past_deadline() {
-            let Some(client) = connect_until(&servers, &options, self.ctx.deadline).await else {
-                break;
-            };
-            let id = format!("w{}", self.worker);
-            let election = LeaderElection::new(client.clone(), ELECTION_PATH, id);
-            loop {
-                if self.past_deadline() {
-                    drop(election);
-                    let _ = tokio::time::timeout(self.ctx.session_timeout, client.close()).await;
-                    return;
-                }
-                match self.round(&client, &election).await {
-                    Next::Continue => {}
-                    Next::Retire => break,
-                }
-            }
-            drop(election);
-            close_in_background(client, self.ctx.session_timeout);
-            self.generation += 1;
-            tokio::time::sleep(RETIRE_PAUSE).await;
+/// Records what one candidate prints and follows who leads.
+async fn serve(shared: Arc<Shared>, process: Process, pid: Option<u32>, stdout: ChildStdout) {
+    let history = shared.ctx.history.clone();
+    let mut lines = BufReader::new(stdout).lines();
+    // The operation the candidate has open (its `f`).
+    let mut open: Option<String> = None;
+    let not_leading = |leader: &mut Option<Leader>| {
+        if leader.is_some_and(|l| l.process == process) {
+            *leader = None;
+            true
+        } else {
+            false
         }
-    }
-
-    /// Campaign, lead, give up.
-    async fn round(&mut self, client: &Client, election: &LeaderElection) -> Next {
-        let process = self.process();
-        let session = client.session_id();
-        let inv = self
-            .history()
-            .invoke(process, "campaign", json!({ "session": session }));
-        let left = self.ctx.deadline.saturating_duration_since(Instant::now());
-        let wait = CAMPAIGN_WAIT_MAX.min(left);
-        let leadership = match tokio::time::timeout(wait, election.campaign()).await {
-            Err(_) => {
-                // Not leading; the dropped campaign withdraws the candidacy.
-                let why = format!("not leading within {} ms", wait.as_millis());
-                self.history().fail(&inv, Value::Null, why);
-                return Next::Continue;
+    };
+    while let Ok(Some(line)) = lines.next_line().await {
+        let e = match HelperEvent::parse(&line) {
+            Ok(e) => e,
+            Err(error) => {
+                tracing::warn!(%error, "election candidate");
+                continue;
             }
-            Ok(Err(e)) => {
-                let terminal = client.session_events().borrow().is_terminal();
-                return if definite_refusal(&e) && !terminal {
-                    self.history().fail(&inv, Value::Null, e.to_string());
-                    Next::Continue
-                } else {
-                    self.history().info(&inv, Value::Null, e.to_string());
-                    Next::Retire
-                };
-            }
-            Ok(Ok(leadership)) => leadership,
         };
-        let token = leadership.token;
-        self.history().ok(
-            &inv,
-            json!({ "token": token, "session": session, "node": leadership.node() }),
-        );
-        self.lead(client, process, leadership).await
-    }
-
-    /// Leads until the term is over, confirming now and then, watching for
-    /// anything that may mean the leadership is gone.
-    async fn lead(&mut self, client: &Client, process: Process, leadership: Leadership) -> Next {
-        let token = leadership.token;
-        let term = Duration::from_millis(self.rng.random_range(TERM_MS_MIN..=TERM_MS_MAX));
-        let term_end = (Instant::now() + term).min(self.ctx.deadline);
-        let mut lost = Box::pin(leadership.lost());
-        let mut states = client.session_events();
-        let mut next_confirm = Instant::now() + CONFIRM_EVERY;
-        loop {
-            tokio::select! {
-                reason = &mut lost => {
-                    self.step_down(process, token, &format!("lost: {reason}"));
-                    return Next::Retire;
+        open = (e.kind == Kind::Invoke).then(|| e.f.clone());
+        match (e.f.as_str(), e.kind) {
+            ("campaign", Kind::Ok) => {
+                if let (Some(pid), Some(token)) = (pid, e.value["token"].as_u64()) {
+                    shared.leader.send_replace(Some(Leader {
+                        process,
+                        pid,
+                        token,
+                    }));
                 }
-                state = states.wait_for(|s| *s != SessionState::Connected) => {
-                    let state = state.map(|s| *s).unwrap_or(SessionState::Closed);
-                    self.step_down(process, token, &format!("session {state:?}"));
-                    return Next::Retire;
-                }
-                _ = tokio::time::sleep_until(next_confirm.min(term_end)) => {}
             }
-            if Instant::now() >= term_end {
-                break;
+            ("step-down" | "resign" | "close", Kind::Invoke) => {
+                shared.leader.send_if_modified(not_leading);
             }
-            if !self.confirm(client, process, &leadership).await {
-                return Next::Retire;
-            }
-            next_confirm = Instant::now() + CONFIRM_EVERY;
+            _ => {}
         }
-        drop(lost);
-        if self.rng.random_range(0..CLOSE_ODDS) == 0 {
-            let inv = self
-                .history()
-                .invoke(process, "close", json!({ "token": token }));
-            self.finish(&inv, client.close().await.map_err(|e| e.to_string()), token);
-            return Next::Retire;
-        }
-        let inv = self
-            .history()
-            .invoke(process, "resign", json!({ "token": token }));
-        let resigned = tokio::time::timeout(
-            self.ctx.request_timeout + CAMPAIGN_SLACK,
-            leadership.resign(),
-        )
-        .await;
-        match resigned {
-            Ok(Ok(())) => {
-                self.history().ok(&inv, json!({ "token": token }));
-                Next::Continue
-            }
-            Ok(Err(e)) => {
-                self.history()
-                    .info(&inv, json!({ "token": token }), e.to_string());
-                Next::Retire
-            }
-            Err(_) => {
-                self.history().info(
-                    &inv,
-                    json!({ "token": token }),
-                    "resign did not return in time",
-                );
-                Next::Retire
-            }
-        }
+        e.record(&history, process);
     }
-
-    fn finish(&self, inv: &Invocation, result: Result<(), String>, token: u64) {
-        match result {
-            Ok(()) => self.history().ok(inv, json!({ "token": token })),
-            Err(e) => self.history().info(inv, json!({ "token": token }), e),
-        }
-    }
-
-    /// A linearizable look-up of the leader's own node: `true` if it is
-    /// still there (the leadership stands), else the leader steps down.
-    async fn confirm(&self, client: &Client, process: Process, leadership: &Leadership) -> bool {
-        let token = leadership.token;
-        let inv = self
-            .history()
-            .invoke(process, "confirm", json!({ "token": token }));
-        let found = tokio::time::timeout(
-            self.ctx.request_timeout + CAMPAIGN_SLACK,
-            client.exists_linearizable(leadership.node()),
-        )
-        .await;
-        match found {
-            Ok(Ok(Some(_))) => {
-                self.history()
-                    .ok(&inv, json!({ "token": token, "exists": true }));
-                true
-            }
-            Ok(Ok(None)) => {
-                self.history()
-                    .ok(&inv, json!({ "token": token, "exists": false }));
-                self.step_down(process, token, "node gone");
-                false
-            }
-            Ok(Err(e)) => {
-                self.history()
-                    .info(&inv, json!({ "token": token }), e.to_string());
-                self.step_down(process, token, "confirmation failed");
-                false
-            }
-            Err(_) => {
-                self.history().info(
-                    &inv,
-                    json!({ "token": token }),
-                    "confirm did not return in time",
-                );
-                self.step_down(process, token, "confirmation failed");
-                false
-            }
-        }
-    }
-
-    /// Records that this leader stopped believing it leads (an instant
-    /// operation).
-    fn step_down(&self, process: Process, token: u64, reason: &str) {
-        let inv = self.history().invoke(
+    shared.leader.send_if_modified(not_leading);
+    // The process is gone with an operation open: unknown.
+    if let Some(f) = open {
+        history.record_at(
             process,
-            "step-down",
-            json!({ "token": token, "reason": reason }),
+            Kind::Info,
+            &f,
+            Value::Null,
+            Some("the candidate exited before answering".to_string()),
+            crate::clock::mono_ns(),
         );
-        self.history()
-            .ok(&inv, json!({ "token": token, "reason": reason }));
+    }
+}
+
+/// Hits the leader with the run's client faults, one at a time, until the
+/// deadline leaves no room for the next one to be judged.
+async fn strike(shared: Arc<Shared>) {
+    let ctx = &shared.ctx;
+    let history = &ctx.history;
+    let mut rng = StdRng::seed_from_u64(ctx.seed ^ 0x5717_3e00);
+    let mut by = shared.processes.fresh();
+    let mut leaders = shared.leader.subscribe();
+    loop {
+        if tokio::time::timeout_at(ctx.deadline, tokio::time::sleep(CLIENT_FAULT_SPACING))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let Ok(leader) =
+            tokio::time::timeout_at(ctx.deadline, leaders.wait_for(|l| l.is_some())).await
+        else {
+            return;
+        };
+        let Some(leader) = *leader.expect("the sender lives in `shared`") else {
+            continue;
+        };
+        let delay = rng.random_range(STRIKE_DELAY_MS.0..=STRIKE_DELAY_MS.1);
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        if *leaders.borrow() != Some(leader) {
+            continue; // it stepped down meanwhile: wait for the next one
+        }
+        let fault = *ctx
+            .client_faults
+            .choose(&mut rng)
+            .expect("client faults not empty");
+        let lasts = match fault {
+            ClientFault::Kill => successor_bound(ctx.session_timeout),
+            ClientFault::Pause => pause_length(ctx.session_timeout),
+        };
+        if Instant::now() + lasts + PAUSE_EXTRA > ctx.deadline {
+            return;
+        }
+        let extra = json!({ "token": leader.token });
+        let done = match fault {
+            ClientFault::Kill => {
+                let done = kill_client(history, by, leader.process, leader.pid, extra);
+                // Quiet while the successor should take over.
+                tokio::time::sleep(lasts).await;
+                done
+            }
+            ClientFault::Pause => {
+                pause_client(history, by, leader.process, leader.pid, lasts, extra).await
+            }
+        };
+        if !done {
+            by = shared.processes.fresh();
+        }
     }
 }

@@ -4,6 +4,7 @@
 use serde_json::{json, Value};
 
 use crate::history::{Event, Kind, Process};
+use crate::workloads::support::hand_event;
 
 /// Histories of this workload each with one planted anomaly, named; the
 /// selftest checks that `check` calls every one invalid (with a 3 s
@@ -54,6 +55,32 @@ pub fn planted_anomalies() -> Vec<(&'static str, Vec<Event>)> {
                 .resign(1, 2_400)
                 .events(),
         ),
+        (
+            "two leaders, a paused (zombie) leader's session expired too soon",
+            // Process 0 confirmed at 0.5 s and was stopped at 0.6 s for
+            // 7 s; process 1 led from 2 s, 1.5 s after that contact; the
+            // zombie noticed only on waking.
+            Plant::new()
+                .campaign(0, 0, 10)
+                .confirm(0, 500)
+                .client_fault("pause-client", 0, 600, Some(7_000))
+                .step_down(0, 7_700, "session Expired")
+                .campaign_done(1, 100, 2_000, 12)
+                .resign(1, 2_500)
+                .events(),
+        ),
+        (
+            "slow successor after a killed leader",
+            // Process 0 was killed while leading at 0.5 s; process 1,
+            // waiting all along with no fault in force, led only 5.5 s
+            // later (bound: 3 s session timeout and 2 s).
+            Plant::new()
+                .campaign(0, 0, 10)
+                .client_fault("kill-client", 0, 500, None)
+                .campaign_done(1, 100, 6_000, 12)
+                .resign(1, 6_500)
+                .events(),
+        ),
     ]
 }
 
@@ -62,6 +89,7 @@ pub(super) struct Plant {
     events: Vec<Event>,
 }
 
+#[cfg(test)]
 pub(super) const MS: u64 = 1_000_000;
 
 impl Plant {
@@ -70,18 +98,8 @@ impl Plant {
     }
 
     fn push(mut self, process: u64, kind: Kind, f: &str, value: Value, at_ms: u64) -> Plant {
-        let time = at_ms * MS;
-        self.events.push(Event {
-            index: 0,
-            process: Process::Client(process),
-            kind,
-            f: f.to_string(),
-            value,
-            time,
-            mono_ns: time,
-            wall_ns: 0,
-            error: (kind == Kind::Fail).then(|| "refused".to_string()),
-        });
+        self.events
+            .push(hand_event(Process::Client(process), kind, f, value, at_ms));
         self
     }
 
@@ -139,6 +157,18 @@ impl Plant {
         let value = json!({ "reason": reason });
         self.push(process, Kind::Invoke, "step-down", value.clone(), at_ms)
             .push(process, Kind::Ok, "step-down", value, at_ms)
+    }
+
+    /// A `kill-client` (`ms` none) or `pause-client` of `process` at
+    /// `at_ms`, by process 99.
+    pub(super) fn client_fault(self, f: &str, process: u64, at_ms: u64, ms: Option<u64>) -> Plant {
+        let value = match ms {
+            Some(ms) => json!({ "client": process, "pid": 1, "ms": ms }),
+            None => json!({ "client": process, "pid": 1 }),
+        };
+        let done = at_ms + ms.unwrap_or(0);
+        self.push(99, Kind::Invoke, f, value.clone(), at_ms)
+            .push(99, Kind::Ok, f, value, done)
     }
 
     /// A nemesis fault from `from_ms` to `to_ms`; `majority_kept` as the
@@ -220,9 +250,62 @@ mod tests {
                 "two-leaders",
                 "token-order",
                 "no-leader-while-healthy",
-                "two-leaders"
+                "two-leaders",
+                "two-leaders",
+                "slow-successor"
             ]
         );
+    }
+
+    #[test]
+    fn a_killed_leader_ends_its_term_and_a_timely_successor_is_valid() {
+        let killed = |successor_ms, nemesis: bool| {
+            let p = Plant::new()
+                .campaign(0, 0, 10)
+                .confirm(0, 250)
+                .client_fault("kill-client", 0, 400, None)
+                .campaign_done(1, 100, successor_ms, 12)
+                .resign(1, successor_ms + 300);
+            if nemesis {
+                p.kill(1_000, 2_000, true).events()
+            } else {
+                p.events()
+            }
+        };
+        // Led 3.6 s after the kill: its session (3 s) expired and the
+        // successor came within the 5 s bound; no overlap with the dead.
+        let r = check(&killed(4_000, false), &ctx());
+        assert_eq!(r.valid, Validity::Valid, "{r:?}");
+        assert!(r.notes.is_empty(), "{:?}", r.notes);
+        assert_eq!(r.stats["terms_ended_by"]["killed"], 1);
+        assert_eq!(r.stats["takeovers"]["in_time"], 1);
+        assert_eq!(r.stats["takeovers"]["max_ms"], 3_600);
+        assert_eq!(r.stats["takeovers"]["successor_bound_ms"], 5_000);
+        // 5.6 s: too slow, unless a nemesis fault was in force meanwhile.
+        let r = check(&killed(6_000, false), &ctx());
+        assert_eq!(r.anomalies[0].kind, "slow-successor", "{r:?}");
+        let r = check(&killed(6_000, true), &ctx());
+        assert_eq!(r.valid, Validity::Valid, "{r:?}");
+        assert_eq!(r.stats["takeovers"]["excused_by_nemesis"], 1);
+    }
+
+    #[test]
+    fn a_zombie_leader_overlapping_after_its_session_expired_is_a_note() {
+        // Stopped at 0.6 s for 7 s after a contact at 0.5 s; the successor
+        // led from 3.8 s (3.3 s later) and the zombie noticed at 7.7 s.
+        let events = Plant::new()
+            .campaign(0, 0, 10)
+            .confirm(0, 500)
+            .client_fault("pause-client", 0, 600, Some(7_000))
+            .step_down(0, 7_700, "session Expired")
+            .campaign_done(1, 100, 3_800, 12)
+            .resign(1, 4_500)
+            .events();
+        let r = check(&events, &ctx());
+        assert_eq!(r.valid, Validity::Valid, "{r:?}");
+        assert_eq!(r.notes[0].kind, "overlap-after-expiry");
+        assert_eq!(r.stats["client_faults"]["pause-client"], 1);
+        assert_eq!(r.stats["takeovers"]["in_time"], 1);
     }
 
     #[test]

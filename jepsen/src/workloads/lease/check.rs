@@ -42,12 +42,7 @@ fn token_of(op: &Op) -> Option<u64> {
 /// Judges a history of this workload.
 pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
     let ops = pair(events);
-    let end = events
-        .iter()
-        .map(|e| e.time)
-        .max()
-        .unwrap_or(0)
-        .max(ctx.end);
+    let end = ctx.history_end(events);
     // Every client id's operations, in invocation order.
     let mut by_client: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
     for op in &ops {
@@ -120,22 +115,7 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
         }
     }
 
-    // The fence's accepted writes, in its own order.
-    let mut accepted: Vec<(u64, u64, u64)> = ops
-        .iter()
-        .filter(|o| o.invoke.f == "write" && o.outcome() == Kind::Ok)
-        .filter_map(|o| {
-            let v = o.value();
-            Some((
-                v.get("seq")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(o.invoke.index),
-                v.get("token").and_then(Value::as_u64)?,
-                o.invoke.index,
-            ))
-        })
-        .collect();
-    accepted.sort_unstable();
+    let accepted = fence_accepted(&ops);
     let fence_tokens: Vec<u64> = accepted.iter().map(|&(_, t, _)| t).collect();
 
     let plain: Vec<LeaseGrant> = grants.iter().map(|g| g.grant.clone()).collect();
@@ -266,12 +246,8 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
         "with a majority of nodes up and connected",
     ));
 
-    let count = |f: &str, kind: Kind| {
-        ops.iter()
-            .filter(|o| o.invoke.f == f && o.outcome() == kind)
-            .count()
-    };
-    let outcomes = |f: &str| json!({ "ok": count(f, Kind::Ok), "fail": count(f, Kind::Fail), "info": count(f, Kind::Info) });
+    let count = |f: &str, kind: Kind| count_ops(&ops, f, kind);
+    let outcomes = |f: &str| outcome_counts(&ops, f);
     let mut by_node: BTreeMap<String, usize> = BTreeMap::new();
     for g in &grants {
         let node = g.node.map(|n| n.to_string()).unwrap_or_else(|| "?".into());

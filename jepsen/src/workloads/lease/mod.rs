@@ -44,10 +44,12 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::checkers::{check_lease, LeaseAnomaly, LeaseGrant};
-use crate::history::{pair, Event, History, Invocation, Kind, Op, Process};
+use crate::history::{
+    count_ops, outcome_counts, pair, Event, History, Invocation, Kind, Op, Process,
+};
 use crate::http::{post_json, Reply};
 use crate::workload::{Anomaly, CheckCtx, CheckResult, RunCtx};
-use crate::workloads::lock::{keep_first_per_kind, no_grant_anomalies, Fence};
+use crate::workloads::lock::{fence_accepted, keep_first_per_kind, no_grant_anomalies, Fence};
 
 /// The lock every client contends for.
 pub const LEASE_NAME: &str = "jepsen-lease";

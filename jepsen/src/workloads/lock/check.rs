@@ -27,15 +27,32 @@ struct GrantOps {
     release: Option<u64>,
 }
 
+/// The fence's accepted writes (`write` ok with its `token`), in the
+/// fence's own order: `(seq, token, invocation index)`; `seq` is the
+/// write's place in the fence (its history index where not recorded).
+pub(crate) fn fence_accepted(ops: &[Op]) -> Vec<(u64, u64, u64)> {
+    let mut accepted: Vec<(u64, u64, u64)> = ops
+        .iter()
+        .filter(|o| o.invoke.f == "write" && o.outcome() == Kind::Ok)
+        .filter_map(|o| {
+            let v = o.value();
+            Some((
+                v.get("seq")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(o.invoke.index),
+                v.get("token").and_then(Value::as_u64)?,
+                o.invoke.index,
+            ))
+        })
+        .collect();
+    accepted.sort_unstable();
+    accepted
+}
+
 /// Judges a history of this workload.
 pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
     let ops = pair(events);
-    let end = events
-        .iter()
-        .map(|e| e.time)
-        .max()
-        .unwrap_or(0)
-        .max(ctx.end);
+    let end = ctx.history_end(events);
     let mut by_process: BTreeMap<u64, Vec<&Op>> = BTreeMap::new();
     for op in &ops {
         if let Some(p) = op.invoke.process.client() {
@@ -80,22 +97,7 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
         }
     }
 
-    // The fence's accepted writes, in its own order.
-    let mut accepted: Vec<(u64, u64, u64)> = ops
-        .iter()
-        .filter(|o| o.invoke.f == "write" && o.outcome() == Kind::Ok)
-        .filter_map(|o| {
-            let v = o.value();
-            Some((
-                v.get("seq")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(o.invoke.index),
-                v.get("token").and_then(Value::as_u64)?,
-                o.invoke.index,
-            ))
-        })
-        .collect();
-    accepted.sort_unstable();
+    let accepted = fence_accepted(&ops);
     let fence_tokens: Vec<u64> = accepted.iter().map(|&(_, t, _)| t).collect();
 
     let plain: Vec<Grant> = grants.iter().map(|g| g.grant.clone()).collect();
@@ -186,11 +188,7 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
         "without a fault",
     ));
 
-    let count = |f: &str, kind: Kind| {
-        ops.iter()
-            .filter(|o| o.invoke.f == f && o.outcome() == kind)
-            .count()
-    };
+    let count = |f: &str, kind: Kind| count_ops(&ops, f, kind);
     let (anomalies, anomaly_counts) = keep_first_per_kind(anomalies);
     let (notes, note_counts) = keep_first_per_kind(notes);
     let stats = json!({

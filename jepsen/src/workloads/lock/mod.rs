@@ -46,7 +46,7 @@ use warden_client::{Client, ConnectOptions, CreateOptions, ErrorCode, SessionSta
 use warden_recipes::{Error as RecipeError, LockLost, Mutex};
 
 use crate::checkers::{check_liveness, check_lock, Grant, LockAnomaly};
-use crate::history::{pair, Event, History, Invocation, Kind, Op, Process};
+use crate::history::{count_ops, pair, Event, History, Invocation, Kind, Op, Process};
 use crate::workload::{Anomaly, CheckCtx, CheckResult, RunCtx};
 
 /// The lock every worker contends for.
@@ -547,7 +547,7 @@ mod check;
 mod planted;
 
 pub use check::{check, liveness_bound};
-pub(crate) use check::{keep_first_per_kind, no_grant_anomalies};
+pub(crate) use check::{fence_accepted, keep_first_per_kind, no_grant_anomalies};
 pub use planted::planted_anomalies;
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Lock histories with planted anomalies, for the selftest and the tests.
 
 use super::*;
+use crate::workloads::support::hand_event;
 
 /// Histories of this workload each with one planted anomaly, named; the
 /// selftest checks that `check` calls every one invalid.
@@ -78,6 +79,7 @@ pub(super) struct Planted {
     events: Vec<Event>,
 }
 
+#[cfg(test)]
 pub(super) const MS: u64 = 1_000_000;
 
 impl Planted {
@@ -86,18 +88,8 @@ impl Planted {
     }
 
     fn push(mut self, process: u64, kind: Kind, f: &str, value: Value, at_ms: u64) -> Planted {
-        let time = at_ms * MS;
-        self.events.push(Event {
-            index: 0,
-            process: Process::Client(process),
-            kind,
-            f: f.to_string(),
-            value,
-            time,
-            mono_ns: time,
-            wall_ns: 0,
-            error: (kind == Kind::Fail).then(|| "refused".to_string()),
-        });
+        self.events
+            .push(hand_event(Process::Client(process), kind, f, value, at_ms));
         self
     }
 

@@ -8,7 +8,7 @@
 
 use serde_json::{json, Value};
 
-use crate::history::{pair, Event, Kind, Op};
+use crate::history::{count_ops, pair, Event, Kind, Op};
 use crate::workload::{Anomaly, CheckCtx, CheckResult};
 use crate::workloads::lock::{keep_first_per_kind, liveness_bound, no_grant_anomalies};
 use crate::workloads::support::Planted;
@@ -110,11 +110,7 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
         "without a fault",
     ));
 
-    let count = |f: &str, kind: Kind| {
-        ops.iter()
-            .filter(|o| o.invoke.f == f && o.outcome() == kind)
-            .count()
-    };
+    let count = |f: &str, kind: Kind| count_ops(&ops, f, kind);
     let zombie_writes = |kind: Kind| {
         ops.iter()
             .filter(|o| o.invoke.f == "write" && o.outcome() == kind)

@@ -36,14 +36,17 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{ChildStdin, ChildStdout};
 use tokio::time::Instant;
 use warden_recipes::FencedResource;
 
 use crate::history::{History, Invocation, Kind, Process};
 use crate::workload::RunCtx;
-use crate::workloads::support::{helper_args, run_tag, spawn_helper, Processes};
+use crate::workloads::client_faults::{pause_client, pause_length, PAUSE_EXTRA};
+use crate::workloads::support::{
+    finish_helpers, helper_args, keep_helpers, run_tag, send_line, HelperProc, Processes,
+};
 
 pub use check::{check, planted_anomalies};
 
@@ -57,14 +60,8 @@ const ZOMBIE_SPACING: Duration = Duration::from_secs(3);
 /// One read in this many is followed by a pause, when no zombie is in
 /// force and the spacing allows.
 const ZOMBIE_ODDS: u32 = 3;
-/// A pause lasts twice the session timeout and this much more: long enough
-/// for the session to expire and the next client to be granted the lock
-/// and reach the resource.
-const ZOMBIE_EXTRA: Duration = Duration::from_secs(1);
 /// How long the run waits for its clients to finish after asking them to.
 const FINISH_WAIT: Duration = Duration::from_secs(15);
-/// How often the run replaces clients that exited.
-const SUPERVISE_INTERVAL: Duration = Duration::from_millis(200);
 /// Most client processes one run starts.
 const CLIENTS_MAX: usize = 500;
 /// The resource's name in the fence's table.
@@ -97,43 +94,14 @@ async fn run_with(ctx: &RunCtx, fenced: bool) -> Result<(), String> {
         .open(ctx.dir.join("lock-set-clients.log"))
         .map_err(|e| format!("client log in {}: {e}", ctx.dir.display()))?;
     let lock = format!("{ROOT}/{}", run_tag(ctx));
-    let mut clients: Vec<ClientProc> = Vec::new();
-    let mut started = 0usize;
-    let mut result = Ok(());
-    while Instant::now() < ctx.deadline {
-        clients.retain(|c| !c.reader.is_finished());
-        while clients.len() < ctx.concurrency.max(2) && started < CLIENTS_MAX {
-            match ClientProc::spawn(&shared, &lock, started, &log) {
-                Ok(c) => clients.push(c),
-                Err(e) => result = Err(e),
-            }
-            started += 1;
-        }
-        if result.is_err() {
-            break;
-        }
-        tokio::time::sleep_until((Instant::now() + SUPERVISE_INTERVAL).min(ctx.deadline)).await;
-    }
+    let (mut clients, result) =
+        keep_helpers(ctx.deadline, ctx.concurrency.max(2), CLIENTS_MAX, |n| {
+            spawn_client(&shared, &lock, n, &log)
+        })
+        .await;
     // Ask every client to finish its round, then make sure none is left.
-    for c in &mut clients {
-        if let Some(stdin) = c.stdin.lock().await.as_mut() {
-            let _ = stdin.write_all(b"stop\n").await;
-            let _ = stdin.flush().await;
-        }
-    }
-    let until = Instant::now() + FINISH_WAIT + 2 * ctx.session_timeout + ZOMBIE_EXTRA;
-    for c in &mut clients {
-        if tokio::time::timeout_at(until, c.child.wait())
-            .await
-            .is_err()
-        {
-            resume(c.pid);
-            let _ = c.child.start_kill();
-            let _ = c.child.wait().await;
-        }
-        *c.stdin.lock().await = None;
-        let _ = (&mut c.reader).await;
-    }
+    let until = Instant::now() + FINISH_WAIT + pause_length(ctx.session_timeout);
+    finish_helpers(&mut clients, until).await;
     result
 }
 
@@ -210,13 +178,13 @@ impl Shared {
     }
 
     fn pause_length(&self) -> Duration {
-        self.ctx.session_timeout * 2 + ZOMBIE_EXTRA
+        pause_length(self.ctx.session_timeout)
     }
 
     /// Whether to make a zombie now (and if so, marks one in force).
     fn start_zombie(&self) -> bool {
         let now = Instant::now();
-        if now + self.pause_length() + ZOMBIE_EXTRA > self.ctx.deadline {
+        if now + self.pause_length() + PAUSE_EXTRA > self.ctx.deadline {
             return false;
         }
         let mut z = self.zombies.lock().expect("zombies lock");
@@ -244,50 +212,30 @@ impl Shared {
     }
 }
 
-/// One client process and the task that serves it.
-struct ClientProc {
-    child: Child,
-    pid: Option<u32>,
-    stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
-    reader: tokio::task::JoinHandle<()>,
-}
-
-impl ClientProc {
-    fn spawn(
-        shared: &Arc<Shared>,
-        lock: &str,
-        n: usize,
-        log: &std::fs::File,
-    ) -> Result<ClientProc, String> {
-        let ctx = &shared.ctx;
-        let mut args = helper_args(ctx, &ctx.servers_for(n));
-        args.extend([
-            "--lock".to_string(),
-            lock.to_string(),
-            "--seed".to_string(),
-            (ctx.seed ^ (n as u64).wrapping_mul(0x9e37_79b9)).to_string(),
-        ]);
-        let mut child = spawn_helper(ctx, CLIENT_SUBCOMMAND, &args, log)?;
-        let pid = child.id();
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let stdin = Arc::new(tokio::sync::Mutex::new(child.stdin.take()));
-        let process = shared.processes.fresh();
-        let reader = tokio::spawn(serve(shared.clone(), process, pid, stdout, stdin.clone()));
-        Ok(ClientProc {
-            child,
-            pid,
-            stdin,
-            reader,
-        })
-    }
-}
-
-/// Sends SIGCONT (harmless if the process is not stopped or gone).
-fn resume(pid: Option<u32>) {
-    if let Some(pid) = pid {
-        // SAFETY: kill(2) with a pid we started; no memory is involved.
-        unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) };
-    }
+/// Starts client process `n` and the task that serves it.
+fn spawn_client(
+    shared: &Arc<Shared>,
+    lock: &str,
+    n: usize,
+    log: &std::fs::File,
+) -> Result<HelperProc, String> {
+    let ctx = &shared.ctx;
+    let mut args = helper_args(ctx, &ctx.servers_for(n));
+    args.extend([
+        "--lock".to_string(),
+        lock.to_string(),
+        "--seed".to_string(),
+        (ctx.seed ^ (n as u64).wrapping_mul(0x9e37_79b9)).to_string(),
+    ]);
+    let process = shared.processes.fresh();
+    let shared = shared.clone();
+    HelperProc::start(
+        ctx,
+        CLIENT_SUBCOMMAND,
+        &args,
+        log,
+        move |pid, stdout, stdin| serve(shared, process, pid, stdout, stdin),
+    )
 }
 
 /// Records what one client prints and answers its resource requests.
@@ -306,12 +254,7 @@ async fn serve(
     let mut zombie = false;
     let answer = |line: String| {
         let stdin = stdin.clone();
-        async move {
-            if let Some(s) = stdin.lock().await.as_mut() {
-                let _ = s.write_all(format!("{line}\n").as_bytes()).await;
-                let _ = s.flush().await;
-            }
-        }
+        async move { send_line(&stdin, &line).await }
     };
     while let Ok(Some(line)) = lines.next_line().await {
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -461,32 +404,20 @@ fn refuse(history: &History, inv: &Invocation, mut value: Value, token: u64, hig
     );
 }
 
-/// Stops client `pid` for [`Shared::pause_length`], recorded as a
-/// `pause-client` operation.
+/// Stops client `pid` for [`Shared::pause_length`] (see
+/// [`pause_client`]).
 async fn pause(shared: &Shared, process: Process, pid: Option<u32>) {
     let Some(pid) = pid else {
         shared.end_zombie();
         return;
     };
-    let length = shared.pause_length();
     let pauser = shared
         .pauser
         .lock()
         .expect("pauser lock")
         .expect("pauser set at start");
-    let value = json!({ "client": process.client(), "pid": pid, "ms": length.as_millis() as u64 });
-    let inv = shared
-        .history()
-        .invoke(pauser, "pause-client", value.clone());
-    // SAFETY: kill(2) with a pid we started; no memory is involved.
-    let stopped = unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) } == 0;
-    if stopped {
-        tokio::time::sleep(length).await;
-        resume(Some(pid));
-        shared.history().ok(&inv, value);
-    } else {
-        let e = std::io::Error::last_os_error();
-        shared.history().info(&inv, value, format!("SIGSTOP: {e}"));
+    let length = shared.pause_length();
+    if !pause_client(shared.history(), pauser, process, pid, length, json!({})).await {
         *shared.pauser.lock().expect("pauser lock") = Some(shared.processes.fresh());
     }
     shared.end_zombie();
