@@ -235,6 +235,31 @@ fn a_damaged_backup_is_refused_naming_it() {
         "{err}"
     );
     assert!(!target.exists(), "nothing is written from a damaged file");
+    // wardenctl checks the download as it arrives: a damaged or cut-short
+    // answer leaves no FILE (an older one as it was) and no FILE.tmp.
+    let kept = dir.path().join("kept.snap");
+    std::fs::write(&kept, "an older backup").unwrap();
+    let good = std::fs::read(&backup).unwrap();
+    let cut = good[..good.len() - 100].to_vec();
+    for (body, announced, why) in [
+        (bytes.clone(), bytes.len(), "checksum mismatch"),
+        (
+            cut,
+            good.len(),
+            &*format!("closed after {} of {} bytes", good.len() - 100, good.len()),
+        ),
+    ] {
+        let (http, server) = serve_once(body, announced);
+        let out = wardenctl(
+            &cluster.servers(),
+            &["snapshot", "save", kept.to_str().unwrap(), "--http", &http],
+        );
+        server.join().unwrap();
+        assert!(!out.status.success());
+        assert!(stderr(&out).contains(why), "{}", stderr(&out));
+        assert_eq!(std::fs::read_to_string(&kept).unwrap(), "an older backup");
+        assert!(!dir.path().join("kept.snap.tmp").exists());
+    }
     // The good file restores.
     let out = warden(&[
         "restore",
@@ -244,6 +269,32 @@ fn a_damaged_backup_is_refused_naming_it() {
         target.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// A one-answer HTTP server on 127.0.0.1: `200` with a `Content-Length`
+/// of `announced` bytes, then `body`, then the connection closes.
+fn serve_once(body: Vec<u8>, announced: usize) -> (String, std::thread::JoinHandle<()>) {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut head = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(&buf[..n]);
+        }
+        let _ = write!(
+            s,
+            "HTTP/1.1 200 OK\r\nContent-Length: {announced}\r\nConnection: close\r\n\r\n"
+        );
+        let _ = s.write_all(&body);
+    });
+    (addr, server)
 }
 
 #[test]
