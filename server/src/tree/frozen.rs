@@ -143,7 +143,8 @@ impl FrozenTree {
     ) -> bool {
         use prost::encoding::{message, uint64};
         let mut full = |out: &mut Vec<u8>, last: bool| {
-            if out.len() < chunk && !(last && !out.is_empty()) {
+            let due = out.len() >= chunk || (last && !out.is_empty());
+            if !due {
                 return true;
             }
             flush(out)
