@@ -4,6 +4,8 @@
 //! arrives ([`fetch`] collects it whole; `snapshot save` writes it to a
 //! file); another status's body, the server's error, is read whole.
 
+use std::time::Duration;
+
 use base64::Engine as _;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
@@ -56,23 +58,26 @@ pub async fn fetch(
     max_bytes: u64,
 ) -> Result<Vec<u8>, Failure> {
     let mut body = Vec::new();
-    fetch_into(http, path, tls, auth, max_bytes, &mut body).await?;
+    fetch_into(http, path, tls, auth, max_bytes, None, &mut body).await?;
     Ok(body)
 }
 
 /// [`fetch`], the body of a 200 answer handed to `sink` as it arrives; a
 /// connection that closes before the announced length is a failure saying
-/// how much arrived.
+/// how much arrived. With `idle`, connecting, the TLS handshake and every
+/// read each fail after that long without progress (a long download that
+/// keeps arriving is never cut short).
 pub async fn fetch_into(
     http: &str,
     path: &str,
     tls: Option<TlsOptions>,
     auth: Option<&str>,
     max_bytes: u64,
+    idle: Option<Duration>,
     sink: &mut dyn Sink,
 ) -> Result<(), Failure> {
-    let tcp = TcpStream::connect(http)
-        .await
+    let tcp = within(idle, http, "connecting", TcpStream::connect(http))
+        .await?
         .map_err(|e| fail(format!("cannot connect to {http}: {e}")))?;
     let mut request = format!("GET {path} HTTP/1.1\r\nHost: {http}\r\nConnection: close\r\n");
     if let Some(c) = auth {
@@ -81,10 +86,12 @@ pub async fn fetch_into(
     }
     request.push_str("\r\n");
     match tls {
-        None => exchange(tcp, &request, http, max_bytes, sink).await,
+        None => exchange(tcp, &request, http, max_bytes, idle, sink).await,
         Some(tls) => {
-            let stream = tls.connect(http, tcp).await.map_err(fail)?;
-            exchange(stream, &request, http, max_bytes, sink).await
+            let stream = within(idle, http, "the TLS handshake", tls.connect(http, tcp))
+                .await?
+                .map_err(fail)?;
+            exchange(stream, &request, http, max_bytes, idle, sink).await
         }
     }
 }
@@ -94,6 +101,7 @@ async fn exchange(
     request: &str,
     http: &str,
     max_bytes: u64,
+    idle: Option<Duration>,
     sink: &mut dyn Sink,
 ) -> Result<(), Failure> {
     let io = |e: std::io::Error| fail(format!("{http}: {e}"));
@@ -108,7 +116,9 @@ async fn exchange(
         if buf.len() > HEAD_BYTES_MAX {
             return Err(fail(format!("{http}: not an HTTP answer")));
         }
-        let n = s.read(&mut chunk).await.map_err(io)?;
+        let n = within(idle, http, "waiting for an answer", s.read(&mut chunk))
+            .await?
+            .map_err(io)?;
         if n == 0 {
             return Err(fail(format!(
                 "{http}: the connection closed before an answer"
@@ -154,7 +164,10 @@ async fn exchange(
     let mut got = early.len().min(length as usize) as u64;
     sink.bytes(&early[..got as usize])?;
     while got < length {
-        let n = s.read(&mut chunk).await.map_err(io)?;
+        let what = format!("after {got} of {length} bytes");
+        let n = within(idle, http, &what, s.read(&mut chunk))
+            .await?
+            .map_err(io)?;
         if n == 0 {
             return Err(fail(format!(
                 "{http}: the connection closed after {got} of {length} bytes"
@@ -173,4 +186,22 @@ async fn exchange(
         return Err(fail(format!("{http}: HTTP {status}: {message}")));
     }
     Ok(())
+}
+
+/// `f`, failing after `idle` (if given) with what it was doing.
+async fn within<T>(
+    idle: Option<Duration>,
+    http: &str,
+    what: &str,
+    f: impl std::future::Future<Output = T>,
+) -> Result<T, Failure> {
+    match idle {
+        None => Ok(f.await),
+        Some(d) => tokio::time::timeout(d, f).await.map_err(|_| {
+            fail(format!(
+                "{http}: nothing received for {} ms ({what})",
+                d.as_millis()
+            ))
+        }),
+    }
 }

@@ -61,20 +61,20 @@ pub async fn run(
         check: None,
         written: 0,
     };
+    // No limit on the whole download (a big backup takes as long as it
+    // takes while it keeps arriving); each step fails after `idle`
+    // without progress.
+    let idle = timeout.max(Duration::from_secs(60));
     let fetch = http_get::fetch_into(
         http,
         "/api/v1/snapshot",
         tls,
         auth,
         SNAPSHOT_BYTES_MAX,
+        Some(idle),
         &mut download,
     );
-    let outcome = match tokio::time::timeout(timeout.max(Duration::from_secs(60)), fetch).await {
-        Err(_) => Err(fail(format!(
-            "{http}: no whole snapshot within the timeout"
-        ))),
-        Ok(r) => r.and_then(|()| download.finish(file)),
-    };
+    let outcome = fetch.await.and_then(|()| download.finish(file));
     let summary = outcome.inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })?;
