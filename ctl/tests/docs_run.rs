@@ -1,6 +1,6 @@
 //! The operator's pages run as written: every shell block of
-//! docs/operations.md, docs/cluster.md and docs/security.md is run by
-//! bash, in page order,
+//! docs/operations.md, docs/cluster.md, docs/security.md and
+//! docs/monitoring.md is run by bash, in page order,
 //! against real processes, with `./target/release/NAME` and `NAME` on PATH
 //! being the binaries built with these tests (the pages' ports as written:
 //! 7000-7303 on 127.0.0.1, so the pages run one after the other).
@@ -35,12 +35,17 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 /// The pages this file runs.
-const RUN_PAGES: [&str; 3] = ["docs/cluster.md", "docs/operations.md", "docs/security.md"];
+const RUN_PAGES: [&str; 4] = [
+    "docs/cluster.md",
+    "docs/monitoring.md",
+    "docs/operations.md",
+    "docs/security.md",
+];
 
 /// Pages whose blocks no test runs yet, and why (their Warden commands
 /// are parse-checked by docs_commands.rs). A page with no shell block
 /// needs no entry.
-const NOT_YET_RUN: [(&str, &str); 10] = [
+const NOT_YET_RUN: [(&str, &str); 9] = [
     (
         "docs/benchmarks.md",
         "release builds and benchmarks of minutes (bench/compare.sh: 6-9 minutes)",
@@ -71,7 +76,6 @@ const NOT_YET_RUN: [(&str, &str); 10] = [
         "docs/locks-observability.md",
         "not yet: its example state needs kazoo, mutex and HTTP holders set up first",
     ),
-    ("docs/monitoring.md", "promtool is not installed here"),
     (
         "docs/recipes.md",
         "not yet: ./backup.sh is the reader's own script; elect's tokens differ per run",
@@ -350,7 +354,8 @@ impl Drop for Cleanup {
     }
 }
 
-fn run_page(page: &str) {
+/// Runs `page`'s blocks, with `tools` (directories) first on PATH.
+fn run_page(page: &str, tools: &[PathBuf]) {
     let _ports = PORTS.lock().unwrap_or_else(|e| e.into_inner());
     let text = std::fs::read_to_string(repo().join(page)).unwrap();
     let blocks = blocks(&text).unwrap_or_else(|e| panic!("{page}: {e}"));
@@ -376,14 +381,14 @@ fn run_page(page: &str) {
         .arg("-c")
         .arg(&script)
         .current_dir(dir.path())
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                path_dir.display(),
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        )
+        .env("PATH", {
+            let mut dirs = vec![path_dir.clone()];
+            dirs.extend(tools.iter().cloned());
+            dirs.extend(std::env::split_paths(
+                &std::env::var_os("PATH").unwrap_or_default(),
+            ));
+            std::env::join_paths(dirs).expect("PATH")
+        })
         .env("OUT", &out_dir)
         .env_remove("WARDEN_LOG")
         .env_remove("WARDEN_LOG_LEVEL")
@@ -420,17 +425,31 @@ use std::os::unix::process::CommandExt as _;
 
 #[test]
 fn the_cluster_page_runs_as_written() {
-    run_page("docs/cluster.md");
+    run_page("docs/cluster.md", &[]);
 }
 
 #[test]
 fn the_operations_page_runs_as_written() {
-    run_page("docs/operations.md");
+    run_page("docs/operations.md", &[]);
 }
 
 #[test]
 fn the_security_page_runs_as_written() {
-    run_page("docs/security.md");
+    run_page("docs/security.md", &[]);
+}
+
+/// With promtool from Debian's `prometheus` (on PATH, or fetched under
+/// target/debian as server/tests/monitoring.rs does); without it (no apt,
+/// no network) the page is not run, saying why, as that test does.
+#[test]
+fn the_monitoring_page_runs_as_written() {
+    match warden_testkit::debian::tool("prometheus", "promtool") {
+        Err(why) => println!("docs/monitoring.md not run: no promtool: {why}"),
+        Ok(promtool) => run_page(
+            "docs/monitoring.md",
+            &[promtool.parent().expect("a directory").to_path_buf()],
+        ),
+    }
 }
 
 #[test]
