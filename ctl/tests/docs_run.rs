@@ -357,6 +357,17 @@ impl Drop for Cleanup {
 /// Runs `page`'s blocks, with `tools` (directories) first on PATH.
 fn run_page(page: &str, tools: &[PathBuf]) {
     let _ports = PORTS.lock().unwrap_or_else(|e| e.into_inner());
+    // The pages' ports must be free, or what fails is not the page.
+    for port in (7000..=7003)
+        .chain(7100..=7103)
+        .chain(7200..=7203)
+        .chain(7300..=7303)
+        .chain([7010, 7110, 7210])
+    {
+        if let Err(e) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            panic!("{page}: port {port} on 127.0.0.1 is taken ({e}); the docs run on their own ports: stop what uses it");
+        }
+    }
     let text = std::fs::read_to_string(repo().join(page)).unwrap();
     let blocks = blocks(&text).unwrap_or_else(|e| panic!("{page}: {e}"));
     let script = script(page, &blocks);
