@@ -35,8 +35,9 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 /// The pages this file runs.
-const RUN_PAGES: [&str; 4] = [
+const RUN_PAGES: [&str; 5] = [
     "docs/cluster.md",
+    "docs/fencing.md",
     "docs/monitoring.md",
     "docs/operations.md",
     "docs/security.md",
@@ -45,15 +46,10 @@ const RUN_PAGES: [&str; 4] = [
 /// Pages whose blocks no test runs yet, and why (their Warden commands
 /// are parse-checked by docs_commands.rs). A page with no shell block
 /// needs no entry.
-const NOT_YET_RUN: [(&str, &str); 9] = [
+const NOT_YET_RUN: [(&str, &str); 8] = [
     (
         "docs/benchmarks.md",
         "release builds and benchmarks of minutes (bench/compare.sh: 6-9 minutes)",
-    ),
-    (
-        "docs/fencing.md",
-        "not yet: a release build and curl against warden-fenced; the zombie_writer \
-         example is run by fenced/tests/zombie_example.rs",
     ),
     (
         "docs/grpc.md",
@@ -362,7 +358,7 @@ fn run_page(page: &str, tools: &[PathBuf]) {
         .chain(7100..=7103)
         .chain(7200..=7203)
         .chain(7300..=7303)
-        .chain([7010, 7110, 7210])
+        .chain([7010, 7110, 7210, 7500])
     {
         if let Err(e) = std::net::TcpListener::bind(("127.0.0.1", port)) {
             panic!("{page}: port {port} on 127.0.0.1 is taken ({e}); the docs run on their own ports: stop what uses it");
@@ -377,7 +373,7 @@ fn run_page(page: &str, tools: &[PathBuf]) {
         .unwrap()
         .to_path_buf();
     let path_dir = dir.path().join("bin");
-    for name in ["warden", "wardenctl"] {
+    for name in ["warden", "wardenctl", "warden-fenced"] {
         wrapper(&path_dir, name, &bin_dir.join(name));
         wrapper(
             &dir.path().join("target/release"),
@@ -442,6 +438,19 @@ fn the_cluster_page_runs_as_written() {
 #[test]
 fn the_operations_page_runs_as_written() {
     run_page("docs/operations.md", &[]);
+}
+
+/// warden-fenced is another crate's binary: built by `cargo build
+/// --workspace` (or `cargo test --workspace`), not by this crate's tests.
+#[test]
+fn the_fencing_page_runs_as_written() {
+    let fenced = PathBuf::from(env!("CARGO_BIN_EXE_wardenctl")).with_file_name("warden-fenced");
+    assert!(
+        fenced.exists(),
+        "{} is not built: cargo build -p warden-fenced",
+        fenced.display()
+    );
+    run_page("docs/fencing.md", &[]);
 }
 
 #[test]
