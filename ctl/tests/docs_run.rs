@@ -1,9 +1,10 @@
-//! The operator's pages run as written: every shell block of
-//! docs/operations.md, docs/cluster.md, docs/security.md and
-//! docs/monitoring.md is run by bash, in page order,
-//! against real processes, with `./target/release/NAME` and `NAME` on PATH
-//! being the binaries built with these tests (the pages' ports as written:
-//! 7000-7303 on 127.0.0.1, so the pages run one after the other).
+//! The docs run as written: every shell block of the pages in
+//! [`RUN_PAGES`] (cluster, fencing, monitoring, operations, recipes,
+//! security) is run by bash, in page order, against real processes, with
+//! `./target/release/NAME` and `NAME` on PATH being the binaries built with
+//! these tests (the pages' ports as written: 7000-7303 and 7500 on
+//! 127.0.0.1, so the pages run one after the other). docs/docs-tests.md
+//! states the rules for readers and writers of the pages.
 //!
 //! A block is run unless the HTML comment on the line before its fence
 //! says otherwise; the comments this file knows (any other `<!-- run` or
@@ -22,7 +23,9 @@
 //! Lines whose comment promises an error (`# error ...`) must fail, every
 //! other line must succeed. In a `console` block the `$ ` lines are the
 //! commands and the lines after one are what it must print (a command
-//! printing an `error...` line must fail).
+//! printing an `error...` line must fail). Lines ending in `&` are jobs
+//! `%1`, `%2`...: one whose comment shows its output is waited for, and
+//! `kill %N  # JOB prints: TEXT` must be followed by TEXT from a job.
 //!
 //! [`every_shell_block_is_run_or_marked`] holds every page to this: in
 //! README.md and the pages run here each block is run or marked; every
@@ -35,18 +38,19 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 /// The pages this file runs.
-const RUN_PAGES: [&str; 5] = [
+const RUN_PAGES: [&str; 6] = [
     "docs/cluster.md",
     "docs/fencing.md",
     "docs/monitoring.md",
     "docs/operations.md",
+    "docs/recipes.md",
     "docs/security.md",
 ];
 
 /// Pages whose blocks no test runs yet, and why (their Warden commands
 /// are parse-checked by docs_commands.rs). A page with no shell block
 /// needs no entry.
-const NOT_YET_RUN: [(&str, &str); 8] = [
+const NOT_YET_RUN: [(&str, &str); 7] = [
     (
         "docs/benchmarks.md",
         "release builds and benchmarks of minutes (bench/compare.sh: 6-9 minutes)",
@@ -71,10 +75,6 @@ const NOT_YET_RUN: [(&str, &str); 8] = [
     (
         "docs/locks-observability.md",
         "not yet: its example state needs kazoo, mutex and HTTP holders set up first",
-    ),
-    (
-        "docs/recipes.md",
-        "not yet: ./backup.sh is the reader's own script; elect's tokens differ per run",
     ),
     (
         "docs/zookeeper.md",
@@ -218,10 +218,12 @@ fn script(page: &str, blocks: &[Block]) -> String {
            done\n\
            echo \"FAIL $3: never printed $2\"; cat \"$1\"; return 1\n\
          }\n\
-         # SIGTERM to every background job, then waits (up to 30 s) for them.\n\
+         # SIGTERM to each background job, the last started first (clients\n\
+         # before their servers), each waited for (up to 30 s).\n\
          stop_background() {\n\
-           for p in \"${BG[@]}\"; do kill -TERM \"$p\" 2>/dev/null; done\n\
-           for p in \"${BG[@]}\"; do\n\
+           for ((i = ${#BG[@]} - 1; i >= 0; i--)); do\n\
+             p=${BG[$i]}\n\
+             kill -TERM \"$p\" 2>/dev/null\n\
              for _ in $(seq 1 300); do kill -0 \"$p\" 2>/dev/null || break; sleep 0.1; done\n\
              kill -0 \"$p\" 2>/dev/null && { echo \"FAIL: background job $p did not stop on SIGTERM\"; kill -KILL \"$p\"; }\n\
              wait \"$p\" 2>/dev/null\n\
@@ -230,6 +232,9 @@ fn script(page: &str, blocks: &[Block]) -> String {
          }\n",
     );
     let mut n = 0;
+    // The output files of the page's own `&` lines: jobs %1, %2, ...
+    // (background blocks are disowned, as if in another terminal).
+    let mut jobs: Vec<String> = Vec::new();
     for b in blocks {
         let at = |line: usize| format!("{page}:{line}");
         match &b.marker {
@@ -250,7 +255,7 @@ fn script(page: &str, blocks: &[Block]) -> String {
                 let (line, command) = commands[0];
                 n += 1;
                 s.push_str(&format!(
-                    "{command} > \"$OUT/bg{n}\" 2>&1 &\nBG+=($!)\n\
+                    "{command} > \"$OUT/bg{n}\" 2>&1 &\nBG+=($!)\ndisown $!\n\
                      until_printed \"$OUT/bg{n}\" {} {}\n",
                     quoted(text),
                     quoted(&at(*line))
@@ -287,7 +292,51 @@ fn script(page: &str, blocks: &[Block]) -> String {
             n += 1;
             if let Some(job) = code.strip_suffix('&') {
                 s.push_str(&format!("{job} > \"$OUT/job{n}\" 2>&1 &\nBG+=($!)\n"));
+                jobs.push(format!("$OUT/job{n}"));
+                // A comment showing what it prints (not a `(note)`): as a
+                // reader would, see it print before the next line.
+                if trimmed
+                    .split_once(" #")
+                    .is_some_and(|(_, c)| !c.trim_start().starts_with('('))
+                {
+                    s.push_str(&format!(
+                        "for _ in $(seq 1 200); do [ -s \"$OUT/job{n}\" ] && break; sleep 0.1; done\n\
+                         [ -s \"$OUT/job{n}\" ] || echo FAIL printed nothing: {}\n",
+                        quoted(&at(line))
+                    ));
+                }
                 continue;
+            }
+            // `kill %N`: as a reader would, first see job N print
+            // something (a leader line, a ready line).
+            if let Some(id) = code
+                .strip_prefix("kill %")
+                .and_then(|j| j.trim().parse::<usize>().ok())
+            {
+                let file = jobs
+                    .get(id.wrapping_sub(1))
+                    .unwrap_or_else(|| panic!("{}: no job %{id} started above", at(line)));
+                s.push_str(&format!(
+                    "for _ in $(seq 1 200); do [ -s \"{file}\" ] && break; sleep 0.1; done\n\
+                     [ -s \"{file}\" ] || echo FAIL job %{id} printed nothing before: {}\n",
+                    quoted(&at(line))
+                ));
+                // `# JOB prints: TEXT`: after the kill, a job prints TEXT
+                // (its words before the first `name=value`, which vary).
+                if let Some((_, text)) = trimmed.split_once(" prints: ") {
+                    let want: Vec<&str> = text
+                        .split_whitespace()
+                        .take_while(|w| !w.contains('='))
+                        .collect();
+                    let want = quoted(&want.join(" "));
+                    s.push_str(&format!(
+                        "{code}\n\
+                         for _ in $(seq 1 200); do cat \"$OUT\"/job* | grep -qF -- {want} && break; sleep 0.1; done\n\
+                         cat \"$OUT\"/job* | grep -qF -- {want} || echo FAIL no job printed {want} after: {}\n",
+                        quoted(&at(line))
+                    ));
+                    continue;
+                }
             }
             let what = quoted(&format!("{}: {}", at(line), command));
             // A group, not a subshell: `export`, `alias` and variables
@@ -307,7 +356,10 @@ fn script(page: &str, blocks: &[Block]) -> String {
             }
         }
     }
-    s.push_str("stop_background\n");
+    s.push_str(
+        "stop_background\n\
+         for f in \"$OUT\"/job*; do [ -e \"$f\" ] && { echo \"== job output $f\"; cat \"$f\"; }; done\n",
+    );
     s
 }
 
@@ -451,6 +503,11 @@ fn the_fencing_page_runs_as_written() {
         fenced.display()
     );
     run_page("docs/fencing.md", &[]);
+}
+
+#[test]
+fn the_recipes_page_runs_as_written() {
+    run_page("docs/recipes.md", &[]);
 }
 
 #[test]
