@@ -1,6 +1,6 @@
 //! The docs run as written: every shell block of the pages in
-//! [`RUN_PAGES`] (cluster, fencing, monitoring, operations, recipes,
-//! security) is run by bash, in page order, against real processes, with
+//! [`RUN_PAGES`] (cluster, fencing, http-api, monitoring, operations,
+//! recipes, security) is run by bash, in page order, against real processes, with
 //! `./target/release/NAME` and `NAME` on PATH being the binaries built with
 //! these tests (the pages' ports as written: 7000-7303 and 7500 on
 //! 127.0.0.1, so the pages run one after the other). docs/docs-tests.md
@@ -38,9 +38,10 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 /// The pages this file runs.
-const RUN_PAGES: [&str; 6] = [
+const RUN_PAGES: [&str; 7] = [
     "docs/cluster.md",
     "docs/fencing.md",
+    "docs/http-api.md",
     "docs/monitoring.md",
     "docs/operations.md",
     "docs/recipes.md",
@@ -50,7 +51,7 @@ const RUN_PAGES: [&str; 6] = [
 /// Pages whose blocks no test runs yet, and why (their Warden commands
 /// are parse-checked by docs_commands.rs). A page with no shell block
 /// needs no entry.
-const NOT_YET_RUN: [(&str, &str); 7] = [
+const NOT_YET_RUN: [(&str, &str); 6] = [
     (
         "docs/benchmarks.md",
         "release builds and benchmarks of minutes (bench/compare.sh: 6-9 minutes)",
@@ -58,11 +59,6 @@ const NOT_YET_RUN: [(&str, &str); 7] = [
     (
         "docs/grpc.md",
         "grpcurl is not installed here (server/tests/grpc.rs checks the reflection it uses)",
-    ),
-    (
-        "docs/http-api.md",
-        "not yet: its curl answers hold times and tokens that differ per run, to be \
-         compared by shape, not text",
     ),
     (
         "docs/http-push.md",
@@ -207,7 +203,69 @@ fn quoted(s: &str) -> String {
 
 /// The bash script running a page's blocks; `FAIL ...` lines on stdout
 /// say what went wrong.
-fn script(page: &str, blocks: &[Block]) -> String {
+/// A JSON answer a console block shows: checked after the run by
+/// [`json_answer_printed`], as times differ from run to run.
+struct JsonExpect {
+    step: String,
+    want: String,
+    what: String,
+}
+
+/// Fields holding times (or ids drawn per run): their values may differ
+/// from the page's, their kinds may not.
+const VARYING: [&str; 7] = [
+    "expires_at",
+    "expires_at_epoch_ms",
+    "expires_at_ms",
+    "new_expires_at",
+    "created_at_ms",
+    "granted_at_ms",
+    "session_id",
+];
+
+/// A line as `JSON` or `JSON STATUS` (curl's `-w ' %{http_code}'`).
+fn json_and_status(line: &str) -> Option<(serde_json::Value, &str)> {
+    let line = line.trim();
+    let (json, status) = match line.rsplit_once(' ') {
+        Some((j, st)) if st.len() == 3 && st.bytes().all(|b| b.is_ascii_digit()) => (j, st),
+        _ => (line, ""),
+    };
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    v.is_object().then_some((v, status))
+}
+
+/// `got` has `want`'s fields, with its values but for [`VARYING`] ones.
+fn same_shape(want: &serde_json::Value, got: &serde_json::Value, key: &str) -> bool {
+    use serde_json::Value;
+    if VARYING.contains(&key) {
+        return std::mem::discriminant(want) == std::mem::discriminant(got);
+    }
+    match (want, got) {
+        (Value::Object(a), Value::Object(b)) => {
+            a.len() == b.len()
+                && a.iter()
+                    .all(|(k, v)| b.get(k).is_some_and(|g| same_shape(v, g, k)))
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same_shape(x, y, key))
+        }
+        _ => want == got,
+    }
+}
+
+/// Whether the step's output holds a line answering as `want` shows.
+fn json_answer_printed(output: &str, want: &str) -> bool {
+    let Some((want, want_status)) = json_and_status(want) else {
+        return false;
+    };
+    output.lines().any(|l| {
+        json_and_status(l)
+            .is_some_and(|(got, status)| status == want_status && same_shape(&want, &got, ""))
+    })
+}
+
+fn script(page: &str, blocks: &[Block]) -> (String, Vec<JsonExpect>) {
+    let mut json = Vec::new();
     let mut s = String::from(
         "set -u\nset -o pipefail\nshopt -s expand_aliases\nBG=()\n\
          # Waits (up to 60 s) until file $1 holds text $2.\n\
@@ -348,6 +406,14 @@ fn script(page: &str, blocks: &[Block]) -> String {
                 e = u8::from(expect_error),
             ));
             for p in prints {
+                if json_and_status(&p).is_some() {
+                    json.push(JsonExpect {
+                        step: format!("step{n}"),
+                        want: p,
+                        what: format!("{}: {}", at(line), command),
+                    });
+                    continue;
+                }
                 s.push_str(&format!(
                     "grep -qF -- {} \"$OUT/step{n}\" || echo FAIL did not print {}: {what}\n",
                     quoted(&p),
@@ -360,7 +426,7 @@ fn script(page: &str, blocks: &[Block]) -> String {
         "stop_background\n\
          for f in \"$OUT\"/job*; do [ -e \"$f\" ] && { echo \"== job output $f\"; cat \"$f\"; }; done\n",
     );
-    s
+    (s, json)
 }
 
 /// A program `dir/name` that runs the binary `bin`.
@@ -418,7 +484,7 @@ fn run_page(page: &str, tools: &[PathBuf]) {
     }
     let text = std::fs::read_to_string(repo().join(page)).unwrap();
     let blocks = blocks(&text).unwrap_or_else(|e| panic!("{page}: {e}"));
-    let script = script(page, &blocks);
+    let (script, json) = script(page, &blocks);
     let dir = tempfile::tempdir().unwrap();
     let bin_dir = PathBuf::from(env!("CARGO_BIN_EXE_wardenctl"))
         .parent()
@@ -467,7 +533,22 @@ fn run_page(page: &str, tools: &[PathBuf]) {
     let out = child.wait_with_output().expect("bash");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let failures: Vec<&str> = stdout.lines().filter(|l| l.starts_with("FAIL")).collect();
+    let mut failures: Vec<String> = stdout
+        .lines()
+        .filter(|l| l.starts_with("FAIL"))
+        .map(str::to_string)
+        .collect();
+    for e in &json {
+        let output = std::fs::read_to_string(out_dir.join(&e.step)).unwrap_or_default();
+        if !json_answer_printed(&output, &e.want) {
+            failures.push(format!(
+                "FAIL did not answer {} (times may differ, nothing else): {}\n  printed: {}",
+                e.want,
+                e.what,
+                output.trim()
+            ));
+        }
+    }
     assert!(
         failures.is_empty(),
         "{page}:\n{}\n--- script:\n{script}\n--- stdout:\n{stdout}\n--- stderr:\n{stderr}",
@@ -503,6 +584,11 @@ fn the_fencing_page_runs_as_written() {
         fenced.display()
     );
     run_page("docs/fencing.md", &[]);
+}
+
+#[test]
+fn the_http_api_page_runs_as_written() {
+    run_page("docs/http-api.md", &[]);
 }
 
 #[test]
