@@ -364,3 +364,70 @@ fn a_backup_is_saved_over_https() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(inspect(&target)["/over-tls"]["data"], "yes");
 }
+
+/// A client that goes away mid-backup stops the server's encoding (its log
+/// says so) and the server goes on serving: the next backup is whole.
+#[test]
+fn a_backup_abandoned_midway_stops_and_the_next_is_whole() {
+    use std::io::{Read as _, Write as _};
+    let server = warden_testkit::Server::start();
+    // About 25 MB of tree: more than the socket buffers and the chunks the
+    // server encodes ahead hold, so the server is still sending when the
+    // client goes.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let c = warden_client::Client::connect(server.addr(), Default::default())
+            .await
+            .unwrap();
+        let data = vec![b'x'; 900 * 1024];
+        for i in 0..28 {
+            c.create(&format!("/big{i}"), &data, Default::default())
+                .await
+                .unwrap();
+        }
+        let _ = c.close().await;
+    });
+    let mut s = std::net::TcpStream::connect(server.http_addr()).unwrap();
+    write!(
+        s,
+        "GET /api/v1/snapshot HTTP/1.1\r\nHost: warden\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut got = 0;
+    while got < 256 * 1024 {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "the server closed after {got} bytes");
+        got += n;
+    }
+    drop(s);
+    warden_testkit::wait_until(
+        Duration::from_secs(30),
+        "the abandoned backup stops",
+        || server.log().contains("backup snapshot not sent whole"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("whole.snap");
+    let saved = ok_stdout(&wardenctl(
+        server.addr(),
+        &[
+            "snapshot",
+            "save",
+            file.to_str().unwrap(),
+            "--http",
+            server.http_addr(),
+        ],
+    ));
+    assert!(saved.contains("znodes"), "{saved}");
+    let restored = dir.path().join("restored");
+    let out = warden(&[
+        "restore",
+        "--snapshot",
+        file.to_str().unwrap(),
+        "--data-dir",
+        restored.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let tree = inspect(&restored);
+    assert_eq!(tree["/big27"]["stat"]["data_length"], 900 * 1024, "{saved}");
+}
