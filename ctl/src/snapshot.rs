@@ -1,10 +1,15 @@
 //! `wardenctl snapshot save FILE --http ADDR`: a backup of the whole
 //! state. Downloads `GET /api/v1/snapshot` from a server's HTTP port
 //! (HTTPS with `--tls-ca`; `--auth` sent as `Authorization: Basic`, the
-//! super user's when the servers check passwords), checks it as a server
-//! checks its own snapshot files (header, format version, lengths, xxh3
-//! checksum, and that the tree decodes), and writes FILE durably:
-//! a temporary name beside it, fsync, rename, fsync of the directory.
+//! super user's when the servers check passwords) and writes it as it
+//! arrives to a temporary name beside FILE (`FILE.tmp`), checking it on the
+//! way as a server checks its own snapshot files (header, format version,
+//! lengths, and that the tree decodes, field by field:
+//! `warden_server::backupfile::Checker`); once the last byte is in and the
+//! xxh3 checksum matches, fsync, rename to FILE, fsync of the directory.
+//! So wardenctl holds a few reads' worth of the file, not all of it, and a
+//! failed, damaged or truncated download leaves no FILE (an older FILE
+//! stays as it was) and no temporary file.
 //!
 //! The download is `http_get.rs`'s.
 
@@ -12,8 +17,8 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use prost::Message as _;
 use warden_client::TlsOptions;
+use warden_server::backupfile::Checker;
 
 use super::{http_get, Failure};
 
@@ -49,75 +54,120 @@ pub async fn run(
     timeout: Duration,
 ) -> Result<(), Failure> {
     let SnapshotCommand::Save { file, http } = cmd;
-    let fetch = http_get::fetch(http, "/api/v1/snapshot", tls, auth, SNAPSHOT_BYTES_MAX);
-    let body = tokio::time::timeout(timeout.max(Duration::from_secs(60)), fetch)
-        .await
-        .map_err(|_| fail(format!("{http}: no whole snapshot within the timeout")))??;
-    let checked = check(file, body)?;
-    write_durably(file, &checked.bytes)
-        .map_err(|e| fail(format!("writing {}: {e}", file.display())))?;
+    let tmp = temporary(file).map_err(|e| fail(format!("{}: {e}", file.display())))?;
+    let mut download = Download {
+        tmp: &tmp,
+        out: None,
+        check: None,
+        written: 0,
+    };
+    // No limit on the whole download (a big backup takes as long as it
+    // takes while it keeps arriving); each step fails after `idle`
+    // without progress.
+    let idle = timeout.max(Duration::from_secs(60));
+    let fetch = http_get::fetch_into(
+        http,
+        "/api/v1/snapshot",
+        tls,
+        auth,
+        SNAPSHOT_BYTES_MAX,
+        Some(idle),
+        &mut download,
+    );
+    let outcome = fetch.await.and_then(|()| download.finish(file));
+    let summary = outcome.inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })?;
     println!(
         "saved {} ({} bytes, index {}, term {}, {} znodes)",
         file.display(),
-        checked.bytes.len(),
-        checked.index,
-        checked.term,
-        checked.nodes
+        summary.bytes,
+        summary.index,
+        summary.term,
+        summary.nodes
     );
     Ok(())
 }
 
-struct Checked {
-    bytes: Vec<u8>,
-    index: u64,
-    term: u64,
-    nodes: usize,
-}
-
-/// Checks the downloaded file as `warden restore` will read it.
-fn check(file: &Path, bytes: Vec<u8>) -> Result<Checked, Failure> {
-    let what = file.with_extension("download");
-    let snap = warden_server::raft::snapfile::decode(&what, bytes.clone()).map_err(|e| {
-        fail(format!(
-            "the downloaded snapshot is damaged, not saved: {e}"
-        ))
-    })?;
-    let tree = warden_server::proto::Snapshot::decode(&snap.data[..]).map_err(|e| {
-        fail(format!(
-            "the downloaded snapshot holds no valid tree, not saved: {e}"
-        ))
-    })?;
-    let meta = snap.get_metadata();
-    Ok(Checked {
-        index: meta.index,
-        term: meta.term,
-        nodes: tree.nodes.len(),
-        bytes,
-    })
-}
-
-/// Temporary name, fsync, rename, fsync of the directory: FILE is either
-/// the old file or the whole new one.
-fn write_durably(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// `FILE.tmp` beside FILE.
+fn temporary(file: &Path) -> std::io::Result<PathBuf> {
     let name = file
         .file_name()
         .ok_or_else(|| std::io::Error::other("not a file name"))?;
-    let dir = match file.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
     let mut tmp_name = name.to_os_string();
     tmp_name.push(".tmp");
-    let tmp = dir.join(tmp_name);
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, file)?;
-        std::fs::File::open(&dir)?.sync_all()
-    };
-    write().inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    Ok(directory(file).join(tmp_name))
+}
+
+fn directory(file: &Path) -> PathBuf {
+    match file.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// The download as it arrives: checked, and written to the temporary file.
+struct Download<'a> {
+    tmp: &'a Path,
+    out: Option<std::fs::File>,
+    check: Option<Checker>,
+    written: u64,
+}
+
+struct Saved {
+    index: u64,
+    term: u64,
+    nodes: usize,
+    bytes: u64,
+}
+
+fn damaged(e: String) -> Failure {
+    fail(format!(
+        "the downloaded snapshot is damaged, not saved: {e}"
+    ))
+}
+
+impl http_get::Sink for Download<'_> {
+    fn length(&mut self, length: u64) -> Result<(), Failure> {
+        let f = std::fs::File::create(self.tmp)
+            .map_err(|e| fail(format!("creating {}: {e}", self.tmp.display())))?;
+        self.out = Some(f);
+        self.check = Some(Checker::new(length));
+        Ok(())
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) -> Result<(), Failure> {
+        let (Some(out), Some(check)) = (&mut self.out, &mut self.check) else {
+            return Err(fail("bytes before the length"));
+        };
+        check.update(bytes).map_err(damaged)?;
+        out.write_all(bytes)
+            .map_err(|e| fail(format!("writing {}: {e}", self.tmp.display())))?;
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+}
+
+impl Download<'_> {
+    /// After the last byte: the whole file checked, then made durable
+    /// under FILE (fsync, rename, fsync of the directory).
+    fn finish(self, file: &Path) -> Result<Saved, Failure> {
+        let (Some(out), Some(check)) = (self.out, self.check) else {
+            return Err(fail("no snapshot arrived"));
+        };
+        let summary = check.finish().map_err(damaged)?;
+        let durable = || -> std::io::Result<()> {
+            out.sync_all()?;
+            drop(out);
+            std::fs::rename(self.tmp, file)?;
+            std::fs::File::open(directory(file))?.sync_all()
+        };
+        durable().map_err(|e| fail(format!("writing {}: {e}", file.display())))?;
+        Ok(Saved {
+            index: summary.meta.index,
+            term: summary.meta.term,
+            nodes: summary.nodes,
+            bytes: self.written,
+        })
+    }
 }

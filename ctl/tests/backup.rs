@@ -235,6 +235,31 @@ fn a_damaged_backup_is_refused_naming_it() {
         "{err}"
     );
     assert!(!target.exists(), "nothing is written from a damaged file");
+    // wardenctl checks the download as it arrives: a damaged or cut-short
+    // answer leaves no FILE (an older one as it was) and no FILE.tmp.
+    let kept = dir.path().join("kept.snap");
+    std::fs::write(&kept, "an older backup").unwrap();
+    let good = std::fs::read(&backup).unwrap();
+    let cut = good[..good.len() - 100].to_vec();
+    for (body, announced, why) in [
+        (bytes.clone(), bytes.len(), "checksum mismatch"),
+        (
+            cut,
+            good.len(),
+            &*format!("closed after {} of {} bytes", good.len() - 100, good.len()),
+        ),
+    ] {
+        let (http, server) = serve_once(body, announced);
+        let out = wardenctl(
+            &cluster.servers(),
+            &["snapshot", "save", kept.to_str().unwrap(), "--http", &http],
+        );
+        server.join().unwrap();
+        assert!(!out.status.success());
+        assert!(stderr(&out).contains(why), "{}", stderr(&out));
+        assert_eq!(std::fs::read_to_string(&kept).unwrap(), "an older backup");
+        assert!(!dir.path().join("kept.snap.tmp").exists());
+    }
     // The good file restores.
     let out = warden(&[
         "restore",
@@ -244,6 +269,32 @@ fn a_damaged_backup_is_refused_naming_it() {
         target.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// A one-answer HTTP server on 127.0.0.1: `200` with a `Content-Length`
+/// of `announced` bytes, then `body`, then the connection closes.
+fn serve_once(body: Vec<u8>, announced: usize) -> (String, std::thread::JoinHandle<()>) {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut head = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(&buf[..n]);
+        }
+        let _ = write!(
+            s,
+            "HTTP/1.1 200 OK\r\nContent-Length: {announced}\r\nConnection: close\r\n\r\n"
+        );
+        let _ = s.write_all(&body);
+    });
+    (addr, server)
 }
 
 #[test]
@@ -312,4 +363,71 @@ fn a_backup_is_saved_over_https() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(inspect(&target)["/over-tls"]["data"], "yes");
+}
+
+/// A client that goes away mid-backup stops the server's encoding (its log
+/// says so) and the server goes on serving: the next backup is whole.
+#[test]
+fn a_backup_abandoned_midway_stops_and_the_next_is_whole() {
+    use std::io::{Read as _, Write as _};
+    let server = warden_testkit::Server::start();
+    // About 25 MB of tree: more than the socket buffers and the chunks the
+    // server encodes ahead hold, so the server is still sending when the
+    // client goes.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let c = warden_client::Client::connect(server.addr(), Default::default())
+            .await
+            .unwrap();
+        let data = vec![b'x'; 900 * 1024];
+        for i in 0..28 {
+            c.create(&format!("/big{i}"), &data, Default::default())
+                .await
+                .unwrap();
+        }
+        let _ = c.close().await;
+    });
+    let mut s = std::net::TcpStream::connect(server.http_addr()).unwrap();
+    write!(
+        s,
+        "GET /api/v1/snapshot HTTP/1.1\r\nHost: warden\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut got = 0;
+    while got < 256 * 1024 {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "the server closed after {got} bytes");
+        got += n;
+    }
+    drop(s);
+    warden_testkit::wait_until(
+        Duration::from_secs(30),
+        "the abandoned backup stops",
+        || server.log().contains("backup snapshot not sent whole"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("whole.snap");
+    let saved = ok_stdout(&wardenctl(
+        server.addr(),
+        &[
+            "snapshot",
+            "save",
+            file.to_str().unwrap(),
+            "--http",
+            server.http_addr(),
+        ],
+    ));
+    assert!(saved.contains("znodes"), "{saved}");
+    let restored = dir.path().join("restored");
+    let out = warden(&[
+        "restore",
+        "--snapshot",
+        file.to_str().unwrap(),
+        "--data-dir",
+        restored.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let tree = inspect(&restored);
+    assert_eq!(tree["/big27"]["stat"]["data_length"], 900 * 1024, "{saved}");
 }

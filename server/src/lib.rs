@@ -19,6 +19,7 @@
 
 pub mod auth;
 pub mod backup;
+pub mod backupfile;
 pub mod config;
 pub mod conn;
 pub mod core;

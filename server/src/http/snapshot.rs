@@ -6,24 +6,40 @@
 //! Consistent and complete: the handler first does a linearizable read
 //! on a session of its own (ReadIndex: this server has applied every write
 //! acknowledged before the request), then asks the core to freeze the tree
-//! as applied now (a pointer per node) and encodes the view on a blocking
-//! thread, off the core. Any server answers, not only the leader.
+//! as applied now (a pointer per node). Any server answers, not only the
+//! leader.
+//!
+//! Streamed, never built whole: a blocking thread, off the core, encodes
+//! the frozen view once to learn its length (the header and
+//! `Content-Length` announce it), then again in chunks of about 1 MiB
+//! ([`crate::tree::STREAM_CHUNK`]) sent as they are made, at most
+//! [`CHUNKS_QUEUED`] ahead of the client ([`crate::backupfile::Writer`]
+//! hashes them and ends the file with the checksum). Memory is the view's
+//! pointers and a few chunks, whatever the tree's size. A client that goes
+//! away stops the encoding; if the encoding failed midway the connection
+//! would close short of its `Content-Length`, which a client sees as
+//! truncated.
 //!
 //! With `--super-digest` (or `--auth-users`) set, only the super user may
 //! take one (`Authorization: Basic` of its user:password, or a bearer
 //! token standing for it): a backup holds every znode whatever its ACL.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use tokio::sync::oneshot;
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
 use tracing::info;
 
 use super::{ApiError, Http};
 use crate::core::CoreMsg;
+
+/// Chunks encoded ahead of what the client has taken.
+const CHUNKS_QUEUED: usize = 4;
 
 pub(crate) async fn snapshot(State(http): State<Arc<Http>>, headers: HeaderMap) -> Response {
     match take(&http, &headers).await {
@@ -77,22 +93,37 @@ async fn take(http: &Http, headers: &HeaderMap) -> Result<Response, ApiError> {
     let nodes = view.node_count();
     let index = meta.index;
     let term = meta.term;
-    let file = tokio::task::spawn_blocking(move || {
-        let data = view.encode();
-        let file = crate::raft::snapfile::encode(&meta, &data);
-        crate::core::snapshots::release_freed_memory();
-        file
+    let internal = |e: String| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e);
+    let (view, data_len) = tokio::task::spawn_blocking(move || {
+        let mut view = view;
+        let len = view.encoded_len();
+        (view, len)
     })
     .await
-    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    info!(
-        index,
-        term,
-        nodes,
-        bytes = file.len(),
-        "backup snapshot sent"
-    );
+    .map_err(|e| internal(e.to_string()))?;
+    let (mut writer, head, total) =
+        crate::backupfile::Writer::start(&meta, data_len as u64).map_err(internal)?;
+    let (tx, mut rx) = mpsc::channel::<Bytes>(CHUNKS_QUEUED);
+    tokio::task::spawn_blocking(move || {
+        let send = |chunk: Vec<u8>| tx.blocking_send(Bytes::from(chunk)).is_ok();
+        let sent = send(head)
+            && view.encode_chunks(|chunk| {
+                writer.data(&chunk);
+                send(chunk)
+            })
+            && send(writer.trailer().to_vec());
+        crate::core::snapshots::release_freed_memory();
+        if sent {
+            info!(index, term, nodes, bytes = total, "backup snapshot sent");
+        } else {
+            info!(
+                index,
+                term, "backup snapshot not sent whole: the client went away"
+            );
+        }
+    });
+    let body =
+        futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|c| c.map(Ok::<_, Infallible>)));
     let name = format!("warden-{index}-{term}.snap");
     Ok((
         [
@@ -101,12 +132,13 @@ async fn take(http: &Http, headers: &HeaderMap) -> Result<Response, ApiError> {
                 header::CONTENT_DISPOSITION,
                 format!("attachment; filename=\"{name}\""),
             ),
+            (header::CONTENT_LENGTH, total.to_string()),
             (
                 header::HeaderName::from_static("x-warden-snapshot-index"),
                 index.to_string(),
             ),
         ],
-        Body::from(file),
+        Body::from_stream(body),
     )
         .into_response())
 }

@@ -20,6 +20,10 @@ use super::node::{Node, SessionInfo};
 use super::DataTree;
 use crate::proto::{RecentResult, Snapshot, SnapshotMember, SnapshotNode, SnapshotSession};
 
+/// Bytes per chunk of [`FrozenTree::encode_chunks`] (a backup streamed
+/// over HTTP).
+pub const STREAM_CHUNK: usize = 1 << 20;
+
 /// The tree at one applied index, shared with the live tree.
 pub struct FrozenTree {
     applied_index: u64,
@@ -89,12 +93,65 @@ impl FrozenTree {
     /// The view encoded as a snapshot message: the bytes of
     /// `to_snapshot().encode_to_vec()`, written one node at a time.
     pub fn encode(mut self) -> Vec<u8> {
-        use prost::encoding::{message, uint64};
         self.sort();
-        // Fields in number order, as prost writes a whole message.
         let mut out = Vec::with_capacity(64 * self.nodes.len());
+        self.write(&mut out, usize::MAX, &mut |_| true);
+        out
+    }
+
+    /// The length of [`FrozenTree::encode`]'s bytes, found by encoding
+    /// them a chunk at a time and dropping each (a backup's header
+    /// announces it before the first byte is sent).
+    pub fn encoded_len(&mut self) -> usize {
+        self.sort();
+        let mut len = 0;
+        let mut out = Vec::with_capacity(2 * STREAM_CHUNK);
+        self.write(&mut out, STREAM_CHUNK, &mut |chunk| {
+            len += chunk.len();
+            chunk.clear();
+            true
+        });
+        len
+    }
+
+    /// [`FrozenTree::encode`]'s bytes handed to `sink` in order, in chunks
+    /// of about [`STREAM_CHUNK`] (one node more at most), so the whole
+    /// encoding is never held at once. Stops early if `sink` returns
+    /// false; returns whether every chunk was taken.
+    pub fn encode_chunks(self, sink: impl FnMut(Vec<u8>) -> bool) -> bool {
+        self.encode_chunks_of(STREAM_CHUNK, sink)
+    }
+
+    fn encode_chunks_of(mut self, chunk: usize, mut sink: impl FnMut(Vec<u8>) -> bool) -> bool {
+        self.sort();
+        let mut out = Vec::with_capacity(2 * chunk);
+        self.write(&mut out, chunk, &mut |bytes| {
+            sink(std::mem::replace(bytes, Vec::with_capacity(2 * chunk)))
+        })
+    }
+
+    /// Writes the sorted view into `out`, handing it to `flush` whenever
+    /// it holds `chunk` bytes or more, and at the end if not empty
+    /// (`flush` takes or clears the bytes; [`FrozenTree::encode`]'s keeps
+    /// them, never called before the end). False once `flush` returns
+    /// false.
+    fn write(
+        &self,
+        out: &mut Vec<u8>,
+        chunk: usize,
+        flush: &mut dyn FnMut(&mut Vec<u8>) -> bool,
+    ) -> bool {
+        use prost::encoding::{message, uint64};
+        let mut full = |out: &mut Vec<u8>, last: bool| {
+            let due = out.len() >= chunk || (last && !out.is_empty());
+            if !due {
+                return true;
+            }
+            flush(out)
+        };
+        // Fields in number order, as prost writes a whole message.
         if self.applied_index != 0 {
-            uint64::encode(1, &self.applied_index, &mut out);
+            uint64::encode(1, &self.applied_index, out);
         }
         let mut one = SnapshotNode::default();
         let mut acl_of: Option<&super::SharedAcl> = None;
@@ -112,15 +169,21 @@ impl FrozenTree {
             one.container = n.container;
             one.ttl_ms = n.ttl_ms;
             one.data_null = n.data_null;
-            message::encode(2, &one, &mut out);
+            message::encode(2, &one, out);
+            if !full(out, false) {
+                return false;
+            }
         }
         for (id, s) in &self.sessions {
-            message::encode(3, &snapshot_session(*id, s), &mut out);
+            message::encode(3, &snapshot_session(*id, s), out);
+            if !full(out, false) {
+                return false;
+            }
         }
         for m in self.members() {
-            message::encode(4, &m, &mut out);
+            message::encode(4, &m, out);
         }
-        out
+        full(out, true)
     }
 
     fn sort(&mut self) {
@@ -290,5 +353,25 @@ mod tests {
         assert_eq!(encoded, tree.to_snapshot().encode_to_vec());
         let decoded = Snapshot::decode(&encoded[..]).unwrap();
         assert_eq!(DataTree::from_snapshot_owned(decoded).unwrap(), tree);
+        // In chunks (of 100 bytes or a node more): the same bytes, and
+        // the length announced before them.
+        let mut view = tree.freeze();
+        assert_eq!(view.encoded_len(), encoded.len());
+        let mut chunks = Vec::new();
+        assert!(view.encode_chunks_of(100, |c| {
+            chunks.push(c);
+            true
+        }));
+        assert!(chunks.len() > 10, "{} chunks", chunks.len());
+        let (last, full) = chunks.split_last().unwrap();
+        assert!(!last.is_empty() && full.iter().all(|c| c.len() >= 100 && c.len() < 400));
+        assert_eq!(chunks.concat(), encoded);
+        // A sink that stops takes no more.
+        let mut taken = 0;
+        assert!(!tree.freeze().encode_chunks_of(100, |_| {
+            taken += 1;
+            taken < 3
+        }));
+        assert_eq!(taken, 3);
     }
 }

@@ -83,7 +83,7 @@ use warden_protocol::pb::{Acl, Stat};
 use crate::proto::{GuardedDeleteTxn, MemberChangeTxn};
 
 pub use acl_table::SharedAcl;
-pub use frozen::FrozenTree;
+pub use frozen::{FrozenTree, STREAM_CHUNK};
 pub use node::{Node, SessionInfo, SERVER_XID_BIT};
 pub use snapshot::SnapshotError;
 pub use txn::{Applied, MultiOutcome, OpOutcome, TreeError, Trigger, TxnResult};

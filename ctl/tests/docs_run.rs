@@ -1,0 +1,666 @@
+//! The docs run as written: every shell block of the pages in
+//! [`RUN_PAGES`] (cluster, fencing, http-api, monitoring, operations,
+//! recipes, security) is run by bash, in page order, against real processes, with
+//! `./target/release/NAME` and `NAME` on PATH being the binaries built with
+//! these tests (the pages' ports as written: 7000-7303 and 7500 on
+//! 127.0.0.1, so the pages run one after the other). docs/docs-tests.md
+//! states the rules for readers and writers of the pages.
+//!
+//! A block is run unless the HTML comment on the line before its fence
+//! says otherwise; the comments this file knows (any other `<!-- run` or
+//! `<!-- not run` comment fails the check):
+//!
+//! - `<!-- not run: WHY -->`: left out, for the reason given (a release
+//!   build, Docker, systemd, a benchmark of minutes);
+//! - `<!-- run by PATH -->`: another test runs it (PATH must exist);
+//! - `<!-- run in the background until it prints TEXT -->`: one command
+//!   that runs until stopped (a server, `local-cluster`), as in a terminal
+//!   of its own; the script waits (deadline 60 s) until it printed TEXT;
+//! - `<!-- run once the background jobs are stopped -->`: every
+//!   background job (the blocks above, and lines ending in `&`) is sent
+//!   SIGTERM, as Ctrl-C would stop it, and waited for, first.
+//!
+//! Lines whose comment promises an error (`# error ...`) must fail, every
+//! other line must succeed. In a `console` block the `$ ` lines are the
+//! commands and the lines after one are what it must print (a command
+//! printing an `error...` line must fail). Lines ending in `&` are jobs
+//! `%1`, `%2`...: one whose comment shows its output is waited for, and
+//! `kill %N  # JOB prints: TEXT` must be followed by TEXT from a job.
+//!
+//! [`every_shell_block_is_run_or_marked`] holds every page to this: in
+//! README.md and the pages run here each block is run or marked; every
+//! other docs page is listed in [`NOT_YET_RUN`] with why (its commands are
+//! parse-checked by docs_commands.rs), so a new page, or a page taken off
+//! the list, cannot go unchecked.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+
+/// The pages this file runs.
+const RUN_PAGES: [&str; 7] = [
+    "docs/cluster.md",
+    "docs/fencing.md",
+    "docs/http-api.md",
+    "docs/monitoring.md",
+    "docs/operations.md",
+    "docs/recipes.md",
+    "docs/security.md",
+];
+
+/// Pages whose blocks no test runs yet, and why (their Warden commands
+/// are parse-checked by docs_commands.rs). A page with no shell block
+/// needs no entry.
+const NOT_YET_RUN: [(&str, &str); 6] = [
+    (
+        "docs/benchmarks.md",
+        "release builds and benchmarks of minutes (bench/compare.sh: 6-9 minutes)",
+    ),
+    (
+        "docs/grpc.md",
+        "grpcurl is not installed here (server/tests/grpc.rs checks the reflection it uses)",
+    ),
+    (
+        "docs/http-push.md",
+        "websocat is not installed here; its curl -N streams run until interrupted",
+    ),
+    (
+        "docs/jepsen.md",
+        "a release build and a 10-minute Jepsen run",
+    ),
+    (
+        "docs/locks-observability.md",
+        "not yet: its example state needs kazoo, mutex and HTTP holders set up first",
+    ),
+    (
+        "docs/zookeeper.md",
+        "Java and C ZooKeeper clients (compat/run.sh; server/tests/zk_clients.rs runs \
+         them where Java is present), nc, a JAAS file",
+    ),
+];
+
+/// The pages' fixed ports: one page at a time.
+static PORTS: Mutex<()> = Mutex::new(());
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Marker {
+    None,
+    NotRun(String),
+    RunBy(String),
+    Background(String),
+    AfterStopping,
+}
+
+#[derive(Debug)]
+struct Block {
+    /// Line of the opening fence (1-based).
+    line: usize,
+    console: bool,
+    marker: Marker,
+    /// (line number, text), `\`-continued lines joined.
+    lines: Vec<(usize, String)>,
+}
+
+fn marker(comment: &str) -> Result<Marker, String> {
+    let Some(inner) = comment
+        .trim()
+        .strip_prefix("<!--")
+        .and_then(|c| c.strip_suffix("-->"))
+    else {
+        return Ok(Marker::None);
+    };
+    let inner = inner.trim();
+    if let Some(why) = inner.strip_prefix("not run:") {
+        if why.trim().is_empty() {
+            return Err("`not run:` with no reason".into());
+        }
+        return Ok(Marker::NotRun(why.trim().into()));
+    }
+    if let Some(path) = inner.strip_prefix("run by ") {
+        if !repo().join(path.trim()).exists() {
+            return Err(format!("`run by {path}`: no such file"));
+        }
+        return Ok(Marker::RunBy(path.trim().into()));
+    }
+    if let Some(text) = inner.strip_prefix("run in the background until it prints ") {
+        return Ok(Marker::Background(text.trim().into()));
+    }
+    if inner == "run once the background jobs are stopped" {
+        return Ok(Marker::AfterStopping);
+    }
+    if inner.starts_with("run") || inner.starts_with("not run") {
+        return Err(format!("unknown marker {comment:?}"));
+    }
+    Ok(Marker::None)
+}
+
+/// The shell blocks of a page: `sh`, `bash`, `shell`, `console`, and
+/// untagged blocks with `$ ` lines (taken as console).
+fn blocks(text: &str) -> Result<Vec<Block>, String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let Some(info) = lines[i].trim_start().strip_prefix("```") else {
+            i += 1;
+            continue;
+        };
+        let start = i;
+        let end = (i + 1..lines.len())
+            .find(|&j| lines[j].trim_start().starts_with("```"))
+            .ok_or_else(|| format!("line {}: a block never closed", i + 1))?;
+        let body = &lines[start + 1..end];
+        i = end + 1;
+        let console = match info.trim() {
+            "sh" | "bash" | "shell" => false,
+            "console" => true,
+            "" if body.iter().any(|l| l.starts_with("$ ")) => true,
+            _ => continue,
+        };
+        let before = lines[..start]
+            .iter()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .copied()
+            .unwrap_or("");
+        let marker = marker(before).map_err(|e| format!("line {}: {e}", start))?;
+        let mut joined: Vec<(usize, String)> = Vec::new();
+        let mut pending: Option<(usize, String)> = None;
+        for (k, l) in body.iter().enumerate() {
+            let (n, mut acc) = pending.take().unwrap_or((start + 2 + k, String::new()));
+            match l.trim_end().strip_suffix('\\') {
+                Some(head) => {
+                    acc.push_str(head);
+                    acc.push(' ');
+                    pending = Some((n, acc));
+                }
+                None => {
+                    acc.push_str(l);
+                    joined.push((n, acc));
+                }
+            }
+        }
+        out.push(Block {
+            line: start + 1,
+            console,
+            marker,
+            lines: joined,
+        });
+    }
+    Ok(out)
+}
+
+fn quoted(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// The bash script running a page's blocks; `FAIL ...` lines on stdout
+/// say what went wrong.
+/// A JSON answer a console block shows: checked after the run by
+/// [`json_answer_printed`], as times differ from run to run.
+struct JsonExpect {
+    step: String,
+    want: String,
+    what: String,
+}
+
+/// Fields holding times (or ids drawn per run): their values may differ
+/// from the page's, their kinds may not.
+const VARYING: [&str; 7] = [
+    "expires_at",
+    "expires_at_epoch_ms",
+    "expires_at_ms",
+    "new_expires_at",
+    "created_at_ms",
+    "granted_at_ms",
+    "session_id",
+];
+
+/// A line as `JSON` or `JSON STATUS` (curl's `-w ' %{http_code}'`).
+fn json_and_status(line: &str) -> Option<(serde_json::Value, &str)> {
+    let line = line.trim();
+    let (json, status) = match line.rsplit_once(' ') {
+        Some((j, st)) if st.len() == 3 && st.bytes().all(|b| b.is_ascii_digit()) => (j, st),
+        _ => (line, ""),
+    };
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    v.is_object().then_some((v, status))
+}
+
+/// `got` has `want`'s fields, with its values but for [`VARYING`] ones.
+fn same_shape(want: &serde_json::Value, got: &serde_json::Value, key: &str) -> bool {
+    use serde_json::Value;
+    if VARYING.contains(&key) {
+        return std::mem::discriminant(want) == std::mem::discriminant(got);
+    }
+    match (want, got) {
+        (Value::Object(a), Value::Object(b)) => {
+            a.len() == b.len()
+                && a.iter()
+                    .all(|(k, v)| b.get(k).is_some_and(|g| same_shape(v, g, k)))
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same_shape(x, y, key))
+        }
+        _ => want == got,
+    }
+}
+
+/// Whether the step's output holds a line answering as `want` shows.
+fn json_answer_printed(output: &str, want: &str) -> bool {
+    let Some((want, want_status)) = json_and_status(want) else {
+        return false;
+    };
+    output.lines().any(|l| {
+        json_and_status(l)
+            .is_some_and(|(got, status)| status == want_status && same_shape(&want, &got, ""))
+    })
+}
+
+fn script(page: &str, blocks: &[Block]) -> (String, Vec<JsonExpect>) {
+    let mut json = Vec::new();
+    let mut s = String::from(
+        "set -u\nset -o pipefail\nshopt -s expand_aliases\nBG=()\n\
+         # Waits (up to 60 s) until file $1 holds text $2.\n\
+         until_printed() {\n\
+           for _ in $(seq 1 600); do\n\
+             grep -qF -- \"$2\" \"$1\" 2>/dev/null && return 0\n\
+             sleep 0.1\n\
+           done\n\
+           echo \"FAIL $3: never printed $2\"; cat \"$1\"; return 1\n\
+         }\n\
+         # SIGTERM to each background job, the last started first (clients\n\
+         # before their servers), each waited for (up to 30 s).\n\
+         stop_background() {\n\
+           for ((i = ${#BG[@]} - 1; i >= 0; i--)); do\n\
+             p=${BG[$i]}\n\
+             kill -TERM \"$p\" 2>/dev/null\n\
+             for _ in $(seq 1 300); do kill -0 \"$p\" 2>/dev/null || break; sleep 0.1; done\n\
+             kill -0 \"$p\" 2>/dev/null && { echo \"FAIL: background job $p did not stop on SIGTERM\"; kill -KILL \"$p\"; }\n\
+             wait \"$p\" 2>/dev/null\n\
+           done\n\
+           BG=()\n\
+         }\n",
+    );
+    let mut n = 0;
+    // The output files of the page's own `&` lines: jobs %1, %2, ...
+    // (background blocks are disowned, as if in another terminal).
+    let mut jobs: Vec<String> = Vec::new();
+    for b in blocks {
+        let at = |line: usize| format!("{page}:{line}");
+        match &b.marker {
+            Marker::NotRun(_) | Marker::RunBy(_) => continue,
+            Marker::AfterStopping => s.push_str("stop_background\n"),
+            Marker::Background(text) => {
+                let commands: Vec<&(usize, String)> = b
+                    .lines
+                    .iter()
+                    .filter(|(_, l)| !l.trim().is_empty() && !l.trim().starts_with('#'))
+                    .collect();
+                assert_eq!(
+                    commands.len(),
+                    1,
+                    "{}: a background block holds one command",
+                    at(b.line)
+                );
+                let (line, command) = commands[0];
+                n += 1;
+                s.push_str(&format!(
+                    "{command} > \"$OUT/bg{n}\" 2>&1 &\nBG+=($!)\ndisown $!\n\
+                     until_printed \"$OUT/bg{n}\" {} {}\n",
+                    quoted(text),
+                    quoted(&at(*line))
+                ));
+                continue;
+            }
+            Marker::None => {}
+        }
+        // Console blocks: `$ ` commands and what each must print.
+        let mut steps: Vec<(usize, String, Vec<String>)> = Vec::new();
+        for (line, text) in &b.lines {
+            if b.console {
+                if let Some(c) = text.strip_prefix("$ ") {
+                    steps.push((*line, c.to_string(), Vec::new()));
+                } else if let Some(last) = steps.last_mut() {
+                    if !text.trim().is_empty() {
+                        last.2.push(text.trim().to_string());
+                    }
+                }
+            } else {
+                steps.push((*line, text.clone(), Vec::new()));
+            }
+        }
+        for (line, command, prints) in steps {
+            let trimmed = command.trim();
+            if trimmed.is_empty() || trimmed.starts_with('#') {
+                continue;
+            }
+            let code = trimmed.split_once(" #").map_or(trimmed, |(c, _)| c.trim());
+            let expect_error = command
+                .split_once(" #")
+                .is_some_and(|(_, c)| c.trim_start().starts_with("error"))
+                || prints.iter().any(|p| p.starts_with("error"));
+            n += 1;
+            if let Some(job) = code.strip_suffix('&') {
+                s.push_str(&format!("{job} > \"$OUT/job{n}\" 2>&1 &\nBG+=($!)\n"));
+                jobs.push(format!("$OUT/job{n}"));
+                // A comment showing what it prints (not a `(note)`): as a
+                // reader would, see it print before the next line.
+                if trimmed
+                    .split_once(" #")
+                    .is_some_and(|(_, c)| !c.trim_start().starts_with('('))
+                {
+                    s.push_str(&format!(
+                        "for _ in $(seq 1 200); do [ -s \"$OUT/job{n}\" ] && break; sleep 0.1; done\n\
+                         [ -s \"$OUT/job{n}\" ] || echo FAIL printed nothing: {}\n",
+                        quoted(&at(line))
+                    ));
+                }
+                continue;
+            }
+            // `kill %N`: as a reader would, first see job N print
+            // something (a leader line, a ready line).
+            if let Some(id) = code
+                .strip_prefix("kill %")
+                .and_then(|j| j.trim().parse::<usize>().ok())
+            {
+                let file = jobs
+                    .get(id.wrapping_sub(1))
+                    .unwrap_or_else(|| panic!("{}: no job %{id} started above", at(line)));
+                s.push_str(&format!(
+                    "for _ in $(seq 1 200); do [ -s \"{file}\" ] && break; sleep 0.1; done\n\
+                     [ -s \"{file}\" ] || echo FAIL job %{id} printed nothing before: {}\n",
+                    quoted(&at(line))
+                ));
+                // `# JOB prints: TEXT`: after the kill, a job prints TEXT
+                // (its words before the first `name=value`, which vary).
+                if let Some((_, text)) = trimmed.split_once(" prints: ") {
+                    let want: Vec<&str> = text
+                        .split_whitespace()
+                        .take_while(|w| !w.contains('='))
+                        .collect();
+                    let want = quoted(&want.join(" "));
+                    s.push_str(&format!(
+                        "{code}\n\
+                         for _ in $(seq 1 200); do cat \"$OUT\"/job* | grep -qF -- {want} && break; sleep 0.1; done\n\
+                         cat \"$OUT\"/job* | grep -qF -- {want} || echo FAIL no job printed {want} after: {}\n",
+                        quoted(&at(line))
+                    ));
+                    continue;
+                }
+            }
+            let what = quoted(&format!("{}: {}", at(line), command));
+            // A group, not a subshell: `export`, `alias` and variables
+            // carry on to the next lines, as typed in one terminal.
+            s.push_str(&format!(
+                "{{ {command}\n}} > \"$OUT/step{n}\" 2>&1\nrc=$?; cat \"$OUT/step{n}\"\n\
+                 if [ {e} = 1 ]; then [ $rc -ne 0 ] || echo FAIL succeeded, the page says it fails: {what}; \
+                 else [ $rc -eq 0 ] || echo FAIL exit $rc: {what}; fi\n",
+                e = u8::from(expect_error),
+            ));
+            for p in prints {
+                if json_and_status(&p).is_some() {
+                    json.push(JsonExpect {
+                        step: format!("step{n}"),
+                        want: p,
+                        what: format!("{}: {}", at(line), command),
+                    });
+                    continue;
+                }
+                s.push_str(&format!(
+                    "grep -qF -- {} \"$OUT/step{n}\" || echo FAIL did not print {}: {what}\n",
+                    quoted(&p),
+                    quoted(&p)
+                ));
+            }
+        }
+    }
+    s.push_str(
+        "stop_background\n\
+         for f in \"$OUT\"/job*; do [ -e \"$f\" ] && { echo \"== job output $f\"; cat \"$f\"; }; done\n",
+    );
+    (s, json)
+}
+
+/// A program `dir/name` that runs the binary `bin`.
+fn wrapper(dir: &Path, name: &str, bin: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\nexec {} \"$@\"\n", bin.display())).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+}
+
+/// Kills what a failed run may leave: the script's process group and
+/// every local-cluster node (their own groups; pids in their pid files).
+struct Cleanup {
+    pgid: i32,
+    dir: PathBuf,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        // SAFETY: a signal to the process group this test started.
+        unsafe {
+            libc::kill(-self.pgid, libc::SIGKILL);
+        }
+        let nodes = self.dir.join("warden-local-cluster");
+        for e in std::fs::read_dir(nodes).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "pid") {
+                if let Some(pid) = std::fs::read_to_string(&p)
+                    .ok()
+                    .and_then(|t| t.trim().parse::<i32>().ok())
+                {
+                    // SAFETY: a node this test's local-cluster started.
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Runs `page`'s blocks, with `tools` (directories) first on PATH.
+fn run_page(page: &str, tools: &[PathBuf]) {
+    let _ports = PORTS.lock().unwrap_or_else(|e| e.into_inner());
+    // The pages' ports must be free, or what fails is not the page.
+    for port in (7000..=7003)
+        .chain(7100..=7103)
+        .chain(7200..=7203)
+        .chain(7300..=7303)
+        .chain([7010, 7110, 7210, 7500])
+    {
+        if let Err(e) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            panic!("{page}: port {port} on 127.0.0.1 is taken ({e}); the docs run on their own ports: stop what uses it");
+        }
+    }
+    let text = std::fs::read_to_string(repo().join(page)).unwrap();
+    let blocks = blocks(&text).unwrap_or_else(|e| panic!("{page}: {e}"));
+    let (script, json) = script(page, &blocks);
+    let dir = tempfile::tempdir().unwrap();
+    let bin_dir = PathBuf::from(env!("CARGO_BIN_EXE_wardenctl"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let path_dir = dir.path().join("bin");
+    for name in ["warden", "wardenctl", "warden-fenced"] {
+        wrapper(&path_dir, name, &bin_dir.join(name));
+        wrapper(
+            &dir.path().join("target/release"),
+            name,
+            &bin_dir.join(name),
+        );
+    }
+    std::os::unix::fs::symlink(repo().join("packaging"), dir.path().join("packaging")).unwrap();
+    let out_dir = dir.path().join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let child = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(dir.path())
+        .env("PATH", {
+            let mut dirs = vec![path_dir.clone()];
+            dirs.extend(tools.iter().cloned());
+            dirs.extend(std::env::split_paths(
+                &std::env::var_os("PATH").unwrap_or_default(),
+            ));
+            std::env::join_paths(dirs).expect("PATH")
+        })
+        .env("OUT", &out_dir)
+        .env_remove("WARDEN_LOG")
+        .env_remove("WARDEN_LOG_LEVEL")
+        .env_remove("WARDEN_LOG_FORMAT")
+        .env_remove("WARDEN_SERVERS")
+        .env_remove("WARDEN_HTTP")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("run bash");
+    let _cleanup = Cleanup {
+        pgid: child.id() as i32,
+        dir: dir.path().to_path_buf(),
+    };
+    let out = child.wait_with_output().expect("bash");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let mut failures: Vec<String> = stdout
+        .lines()
+        .filter(|l| l.starts_with("FAIL"))
+        .map(str::to_string)
+        .collect();
+    for e in &json {
+        let output = std::fs::read_to_string(out_dir.join(&e.step)).unwrap_or_default();
+        if !json_answer_printed(&output, &e.want) {
+            failures.push(format!(
+                "FAIL did not answer {} (times may differ, nothing else): {}\n  printed: {}",
+                e.want,
+                e.what,
+                output.trim()
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{page}:\n{}\n--- script:\n{script}\n--- stdout:\n{stdout}\n--- stderr:\n{stderr}",
+        failures.join("\n")
+    );
+    let run = blocks
+        .iter()
+        .filter(|b| !matches!(b.marker, Marker::NotRun(_) | Marker::RunBy(_)))
+        .count();
+    println!("{page}: {run} of {} blocks run\n{stdout}", blocks.len());
+}
+
+use std::os::unix::process::CommandExt as _;
+
+#[test]
+fn the_cluster_page_runs_as_written() {
+    run_page("docs/cluster.md", &[]);
+}
+
+#[test]
+fn the_operations_page_runs_as_written() {
+    run_page("docs/operations.md", &[]);
+}
+
+/// warden-fenced is another crate's binary: built by `cargo build
+/// --workspace` (or `cargo test --workspace`), not by this crate's tests.
+#[test]
+fn the_fencing_page_runs_as_written() {
+    let fenced = PathBuf::from(env!("CARGO_BIN_EXE_wardenctl")).with_file_name("warden-fenced");
+    assert!(
+        fenced.exists(),
+        "{} is not built: cargo build -p warden-fenced",
+        fenced.display()
+    );
+    // The page pipes an answer through jq: Debian's, as promtool is had.
+    let jq = warden_testkit::debian::tool("jq", "jq").expect("jq");
+    run_page(
+        "docs/fencing.md",
+        &[jq.parent().expect("a directory").to_path_buf()],
+    );
+}
+
+#[test]
+fn the_http_api_page_runs_as_written() {
+    run_page("docs/http-api.md", &[]);
+}
+
+#[test]
+fn the_recipes_page_runs_as_written() {
+    run_page("docs/recipes.md", &[]);
+}
+
+#[test]
+fn the_security_page_runs_as_written() {
+    run_page("docs/security.md", &[]);
+}
+
+/// With promtool from Debian's `prometheus` (on PATH, or fetched under
+/// target/debian as server/tests/monitoring.rs does); without it (no apt,
+/// no network) the page is not run, saying why, as that test does.
+#[test]
+fn the_monitoring_page_runs_as_written() {
+    match warden_testkit::debian::tool("prometheus", "promtool") {
+        Err(why) => println!("docs/monitoring.md not run: no promtool: {why}"),
+        Ok(promtool) => run_page(
+            "docs/monitoring.md",
+            &[promtool.parent().expect("a directory").to_path_buf()],
+        ),
+    }
+}
+
+#[test]
+fn every_shell_block_is_run_or_marked() {
+    let mut pages = vec!["README.md".to_string()];
+    for e in std::fs::read_dir(repo().join("docs")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "md") {
+            pages.push(format!("docs/{}", p.file_name().unwrap().to_string_lossy()));
+        }
+    }
+    pages.sort();
+    let mut problems = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(repo().join(page)).unwrap();
+        let blocks = match blocks(&text) {
+            Ok(b) => b,
+            Err(e) => {
+                problems.push(format!("{page}: {e}"));
+                continue;
+            }
+        };
+        if RUN_PAGES.contains(&page.as_str()) {
+            continue;
+        }
+        if NOT_YET_RUN.iter().any(|(p, _)| p == page) {
+            continue;
+        }
+        // Any other page (README.md): each block is run by a test or
+        // marked not run.
+        for b in &blocks {
+            if !matches!(b.marker, Marker::NotRun(_) | Marker::RunBy(_)) {
+                problems.push(format!(
+                    "{page}:{}: a shell block no test runs and no `<!-- not run: WHY -->` marks",
+                    b.line
+                ));
+            }
+        }
+    }
+    for (p, _) in NOT_YET_RUN {
+        if !pages.iter().any(|q| q == p) {
+            problems.push(format!("{p}: listed as not yet run, but not there"));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
