@@ -387,7 +387,14 @@ fn a_backup_abandoned_midway_stops_and_the_next_is_whole() {
         }
         let _ = c.close().await;
     });
-    let mut s = std::net::TcpStream::connect(server.http_addr()).unwrap();
+    // A small receive buffer, set before connecting: Linux would otherwise
+    // grow it as the client reads (tcp_rmem allows 32 MiB here), and the
+    // whole backup could sit in kernel buffers before the client goes.
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(64 * 1024).unwrap();
+    let addr: std::net::SocketAddr = server.http_addr().parse().unwrap();
+    socket.connect(&addr.into()).unwrap();
+    let mut s: std::net::TcpStream = socket.into();
     write!(
         s,
         "GET /api/v1/snapshot HTTP/1.1\r\nHost: warden\r\nConnection: close\r\n\r\n"

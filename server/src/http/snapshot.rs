@@ -11,7 +11,7 @@
 //!
 //! Streamed, never built whole: a blocking thread, off the core, encodes
 //! the frozen view once to learn its length (the header and
-//! `Content-Length` announce it), then again in chunks of about 1 MiB
+//! `Content-Length` announce it), then again in chunks of about 64 KiB
 //! ([`crate::tree::STREAM_CHUNK`]) sent as they are made, at most
 //! [`CHUNKS_QUEUED`] ahead of the client ([`crate::backupfile::Writer`]
 //! hashes them and ends the file with the checksum). Memory is the view's

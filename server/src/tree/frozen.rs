@@ -21,8 +21,11 @@ use super::DataTree;
 use crate::proto::{RecentResult, Snapshot, SnapshotMember, SnapshotNode, SnapshotSession};
 
 /// Bytes per chunk of [`FrozenTree::encode_chunks`] (a backup streamed
-/// over HTTP).
-pub const STREAM_CHUNK: usize = 1 << 20;
+/// over HTTP). Small: hyper's HTTP/1 writer takes body chunks into its own
+/// buffer while that holds less than its limit (about 400 KB), so each
+/// chunk can overshoot it; with 1 MiB chunks one backup was seen holding
+/// 21 MB there after its client had gone.
+pub const STREAM_CHUNK: usize = 64 << 10;
 
 /// The tree at one applied index, shared with the live tree.
 pub struct FrozenTree {
