@@ -479,7 +479,19 @@ pub(crate) async fn acquire_lease(
 ) -> Result<Acquired, ApiError> {
     let lock = http.locks.get(headers).await?;
     let started = std::time::Instant::now();
-    match lock.acquire(name, client_id, ttl, wait).await {
+    // Run to its end even if the caller goes away (its connection closed,
+    // its gRPC call cancelled): dropped midway, the recipe deletes its
+    // queue node, and that node's grant may already be committed, so a
+    // retry with the same client_id would find no lease to get back. Run
+    // out, a grant stands until its TTL (or the retry takes it up), and a
+    // wait ends at its timeout.
+    let outcome = {
+        let (lock, name, client_id) = (lock.clone(), name.to_string(), client_id.to_string());
+        tokio::spawn(async move { lock.acquire(&name, &client_id, ttl, wait).await })
+    }
+    .await
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    match outcome {
         Ok(Some(lease)) => {
             http.metrics
                 .lock_granted(!wait.is_zero(), started.elapsed());
