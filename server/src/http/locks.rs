@@ -479,18 +479,20 @@ pub(crate) async fn acquire_lease(
 ) -> Result<Acquired, ApiError> {
     let lock = http.locks.get(headers).await?;
     let started = std::time::Instant::now();
-    // Run to its end even if the caller goes away (its connection closed,
-    // its gRPC call cancelled): dropped midway, the recipe deletes its
-    // queue node, and that node's grant may already be committed, so a
-    // retry with the same client_id would find no lease to get back. Run
-    // out, a grant stands until its TTL (or the retry takes it up), and a
-    // wait ends at its timeout.
-    let outcome = {
+    // An acquire that does not wait runs to its end even if the caller
+    // goes away (its connection closed): dropped midway, the recipe deletes
+    // its queue node, whose grant may already be committed, and a retry
+    // after the lost answer (same client_id) would find no grant to take
+    // up. A wait the caller gives up on (hangs up, a gRPC deadline) ends
+    // with it, giving its place in line up.
+    let task = {
         let (lock, name, client_id) = (lock.clone(), name.to_string(), client_id.to_string());
         tokio::spawn(async move { lock.acquire(&name, &client_id, ttl, wait).await })
-    }
-    .await
-    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    };
+    let _abort = AbortOnDrop((!wait.is_zero()).then(|| task.abort_handle()));
+    let outcome = task
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     match outcome {
         Ok(Some(lease)) => {
             http.metrics
@@ -506,6 +508,18 @@ pub(crate) async fn acquire_lease(
             Ok(Acquired::NotGranted(holder))
         }
         Err(e) => Err(recipe_error(http, e, StatusCode::CONFLICT).await),
+    }
+}
+
+/// Aborts the task when the caller's future is dropped (a finished task
+/// is not affected).
+struct AbortOnDrop(Option<tokio::task::AbortHandle>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
     }
 }
 
