@@ -489,10 +489,12 @@ pub(crate) async fn acquire_lease(
         let (lock, name, client_id) = (lock.clone(), name.to_string(), client_id.to_string());
         tokio::spawn(async move { lock.acquire(&name, &client_id, ttl, wait).await })
     };
-    let _abort = AbortOnDrop((!wait.is_zero()).then(|| task.abort_handle()));
-    let outcome = task
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let outcome = if wait.is_zero() {
+        task.await
+    } else {
+        tokio_util::task::AbortOnDropHandle::new(task).await
+    }
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     match outcome {
         Ok(Some(lease)) => {
             http.metrics
@@ -508,18 +510,6 @@ pub(crate) async fn acquire_lease(
             Ok(Acquired::NotGranted(holder))
         }
         Err(e) => Err(recipe_error(http, e, StatusCode::CONFLICT).await),
-    }
-}
-
-/// Aborts the task when the caller's future is dropped (a finished task
-/// is not affected).
-struct AbortOnDrop(Option<tokio::task::AbortHandle>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        if let Some(task) = &self.0 {
-            task.abort();
-        }
     }
 }
 
