@@ -28,6 +28,8 @@ pub enum ServeError {
     CoreStopped,
     #[error("data dir: {0}")]
     DataDir(String),
+    #[error("cannot start the core's runtime: {0}")]
+    Runtime(std::io::Error),
 }
 
 /// Addresses actually bound (a port of 0 in the config is resolved here).
@@ -136,7 +138,14 @@ pub async fn serve(
     crate::backup::check_format(&cfg.data_dir).map_err(ServeError::DataDir)?;
     let stop_peers = CancellationToken::new();
     let (peer_tx, peer_rx) = mpsc::channel::<transport::PeerEvent>(PEER_INBOX_MAX);
-    tokio::spawn(transport::listen(
+    // The core's own runtime: it also runs the peer links, so a frame from
+    // a peer reaches the core, and one to a peer leaves it, without waking
+    // another thread.
+    let core_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ServeError::Runtime)?;
+    core_rt.spawn(transport::listen(
         peer_listener,
         peer_tx,
         stop_peers.clone(),
@@ -144,24 +153,25 @@ pub async fn serve(
     ));
 
     let op_metrics = crate::opmetrics::OpMetrics::new();
-    let core = Core::open(
+    let core = match Core::open(
         cfg.clone(),
         client,
-        tokio::runtime::Handle::current(),
+        core_rt.handle().clone(),
         op_metrics.clone(),
-    )?;
+    ) {
+        Ok(core) => core,
+        Err(e) => {
+            // Dropped here, inside the server's runtime, it would block.
+            core_rt.shutdown_background();
+            return Err(e.into());
+        }
+    };
     let (core_tx, core_rx) = mpsc::channel::<CoreMsg>(CORE_QUEUE_MAX);
     let (state_tx, mut state_rx) = watch::channel(CoreState::Starting);
     let (stop_tx, stop_rx) = oneshot::channel();
     let core_thread = std::thread::Builder::new()
         .name("warden-core".into())
-        .spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a current-thread runtime builds");
-            rt.block_on(core.run(core_rx, peer_rx, state_tx, stop_rx))
-        })
+        .spawn(move || core_rt.block_on(core.run(core_rx, peer_rx, state_tx, stop_rx)))
         .expect("spawning the core thread");
 
     // Wait for the core to be ready before taking clients (a shutdown

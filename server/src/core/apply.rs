@@ -106,6 +106,9 @@ impl ReadyHandler for Machine {
                 undelivered.extend(Undelivered::of(&m));
             }
         }
+        // On the wire now: a leader's appends before its own fsync starts,
+        // a follower's ack as soon as its fsync ended.
+        self.transport.flush();
         undelivered
     }
 

@@ -452,7 +452,11 @@ impl Core {
                     self.on_tick();
                 }
             }
-            if let Err(e) = self.drive() {
+            let driven = self.drive();
+            // Whatever this turn queued for peers (forwards, heartbeats,
+            // status) leaves now.
+            self.m.transport.flush();
+            if let Err(e) = driven {
                 break Err(e);
             }
             // A turn of the loop this long kept every client of this

@@ -7,6 +7,7 @@
 
 pub mod logger;
 pub mod node;
+mod peer_link;
 pub mod snapfile;
 pub mod snapstream;
 pub mod storage;

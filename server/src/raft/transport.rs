@@ -1,14 +1,17 @@
 //! TCP transport between servers.
 //!
-//! One outbound connection per peer, owned by its own task with a queue
-//! bounded in frames and in bytes: the core hands frames over with
-//! `try_send` and never waits, so a slow or dead peer never stalls the raft
-//! task or the other peers, and never makes us hold more than
-//! [`PEER_QUEUE_BYTES_MAX`] for it. A frame that does not fit the queue, or
-//! that was in flight when a connection broke, is dropped: raft retransmits
-//! what matters (the core tells raft about dropped appends, so it stops
-//! pipelining into the void). The task reconnects with capped exponential
-//! backoff.
+//! One outbound link per peer ([`super::peer_link`]): the core encodes
+//! frames into the link's bounded buffer and never waits, so a slow or
+//! dead peer never stalls the raft task or the other peers, and never makes
+//! us hold more than [`PEER_QUEUE_BYTES_MAX`] for it; [`Transport::flush`]
+//! puts them on the wire (from the core itself on plain TCP). A frame that
+//! does not fit, or that was in flight when a connection broke, is
+//! dropped: raft retransmits what matters (the core tells raft about
+//! dropped appends, so it stops pipelining into the void).
+//!
+//! The links run on the core's own runtime (its thread): a frame from a
+//! peer reaches the core, and one to a peer leaves it, without waking
+//! another thread.
 //!
 //! Inbound connections are accepted on `--peer-listen`; every frame read is
 //! forwarded to the core. Frames are `u32` big-endian length + one
@@ -25,20 +28,19 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{SinkExt, StreamExt};
-use prost::Message as _;
+use futures::StreamExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
-use tokio_util::codec::{Framed, FramedWrite};
+use tokio_util::codec::Framed;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 use warden_protocol::FrameCodec;
 
+use super::peer_link::{self, Link, CONNECT_TIMEOUT};
 use super::snapstream::{self, Descriptor, Offered, Outcome, Received, SendJob};
 use crate::proto::{peer_frame, PeerFrame};
 use crate::tls::{PeerTls, Stream, Tls, HANDSHAKE_TIMEOUT};
@@ -77,9 +79,6 @@ pub const PEER_QUEUE_MAX: usize = 1024;
 /// Bytes of encoded frames queued for one peer before new ones are dropped.
 /// A larger frame (a snapshot) is queued only into an empty queue.
 pub const PEER_QUEUE_BYTES_MAX: usize = 8 * 1024 * 1024;
-const BACKOFF_MIN: Duration = Duration::from_millis(50);
-const BACKOFF_MAX: Duration = Duration::from_secs(2);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub(crate) type PeerCodec = FrameCodec<PeerFrame, PeerFrame>;
 
@@ -115,9 +114,7 @@ pub struct Transport {
 
 struct Peer {
     addr: String,
-    queue: mpsc::Sender<Queued>,
-    /// Bytes of the frames in `queue`, shared with the peer's task.
-    queued_bytes: Arc<QueueBytes>,
+    link: Arc<Link>,
     stop: CancellationToken,
     /// The snapshot transfer to this peer in flight: its number and what
     /// cancels it.
@@ -144,39 +141,6 @@ pub struct SnapshotSent {
     pub result: Result<Outcome, String>,
     pub took: Duration,
     seq: u64,
-}
-
-/// A frame on its way to a peer, with its encoded size.
-struct Queued {
-    frame: PeerFrame,
-    bytes: usize,
-}
-
-/// The byte budget of one peer's queue: reserved by the core before a
-/// frame is queued, released by the peer's task when it takes the frame
-/// off the queue (to write it, or to drop it while the peer is down).
-#[derive(Debug, Default)]
-struct QueueBytes(AtomicUsize);
-
-impl QueueBytes {
-    /// Reserves `bytes`; false if they do not fit under `max` (a frame
-    /// larger than `max` fits only an empty queue, so a snapshot can go).
-    fn reserve(&self, bytes: usize, max: usize) -> bool {
-        self.0
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
-                (queued == 0 || queued + bytes <= max).then_some(queued + bytes)
-            })
-            .is_ok()
-    }
-
-    fn release(&self, bytes: usize) {
-        let before = self.0.fetch_sub(bytes, Ordering::AcqRel);
-        debug_assert!(before >= bytes, "released more than was reserved");
-    }
-
-    fn get(&self) -> usize {
-        self.0.load(Ordering::Acquire)
-    }
 }
 
 impl Transport {
@@ -307,15 +271,13 @@ impl Transport {
             }
             p.stop.cancel();
         }
-        let (tx, rx) = mpsc::channel(PEER_QUEUE_MAX);
-        let queued_bytes = Arc::new(QueueBytes::default());
+        let link = Arc::new(Link::default());
         let stop = self.stop.child_token();
         let span = tracing::info_span!("peer", id, addr);
         self.runtime.spawn(
-            outbound(
+            peer_link::run(
                 addr.to_string(),
-                rx,
-                queued_bytes.clone(),
+                link.clone(),
                 stop.clone(),
                 self.links.clone(),
             )
@@ -325,8 +287,7 @@ impl Transport {
             id,
             Peer {
                 addr: addr.to_string(),
-                queue: tx,
-                queued_bytes,
+                link,
                 stop,
                 sending: None,
             },
@@ -348,7 +309,8 @@ impl Transport {
     }
 
     /// Queues a frame for `to`; false if it was dropped (unknown peer, or
-    /// its queue is full in frames or bytes).
+    /// its buffer is full in frames or bytes). It goes out at the next
+    /// [`Self::flush`].
     pub fn send(&self, to: u64, frame: PeerFrame) -> bool {
         self.try_send(to, frame).is_ok()
     }
@@ -358,26 +320,22 @@ impl Transport {
     // would cost an allocation per refused frame for nothing.
     #[allow(clippy::result_large_err)]
     pub fn try_send(&self, to: u64, frame: PeerFrame) -> Result<(), PeerFrame> {
-        let Some(p) = self.peers.get(&to) else {
-            return Err(frame);
-        };
-        let bytes = frame.encoded_len();
-        if !p.queued_bytes.reserve(bytes, PEER_QUEUE_BYTES_MAX) {
-            return Err(frame);
+        match self.peers.get(&to) {
+            Some(p) => p.link.queue(frame),
+            None => Err(frame),
         }
-        if let Err(e) = p.queue.try_send(Queued { frame, bytes }) {
-            p.queued_bytes.release(bytes);
-            let queued = match e {
-                mpsc::error::TrySendError::Full(q) | mpsc::error::TrySendError::Closed(q) => q,
-            };
-            return Err(queued.frame);
+    }
+
+    /// Puts every frame queued so far on its way to its peer.
+    pub fn flush(&self) {
+        for p in self.peers.values() {
+            p.link.flush();
         }
-        Ok(())
     }
 
     /// Bytes queued for `to` and not yet written to its connection.
     pub fn queued_bytes(&self, to: u64) -> usize {
-        self.peers.get(&to).map_or(0, |p| p.queued_bytes.get())
+        self.peers.get(&to).map_or(0, |p| p.link.queued_bytes())
     }
 
     pub fn shutdown(&self) {
@@ -388,113 +346,6 @@ impl Transport {
 impl Drop for Transport {
     fn drop(&mut self) {
         self.stop.cancel();
-    }
-}
-
-async fn outbound(
-    addr: String,
-    mut rx: mpsc::Receiver<Queued>,
-    queued_bytes: Arc<QueueBytes>,
-    stop: CancellationToken,
-    links: PeerLinks,
-) {
-    // Every frame taken off the queue gives its bytes back, written or not.
-    let mut take = |q: Queued| {
-        queued_bytes.release(q.bytes);
-        q.frame
-    };
-    if let PeerLinks::Refused = links {
-        warn!("not dialling the peer: TLS is on without --tls-ca, so peer links cannot be secured");
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                q = rx.recv() => match q {
-                    Some(q) => { take(q); }
-                    None => return,
-                },
-            }
-        }
-    }
-    let mut backoff = BACKOFF_MIN;
-    let mut was_connected = false;
-    loop {
-        let connected = tokio::select! {
-            _ = stop.cancelled() => return,
-            c = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&addr)) => c,
-        };
-        let tcp = match connected {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                if was_connected {
-                    debug!(error = %e, "peer unreachable");
-                }
-                was_connected = false;
-                // Drop what queued up meanwhile: raft resends what matters,
-                // and stale heartbeats only confuse.
-                while let Ok(q) = rx.try_recv() {
-                    take(q);
-                }
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(backoff) => {}
-                }
-                backoff = (backoff * 2).min(BACKOFF_MAX);
-                continue;
-            }
-            Err(_) => {
-                backoff = (backoff * 2).min(BACKOFF_MAX);
-                continue;
-            }
-        };
-        let _ = tcp.set_nodelay(true);
-        let stream = match &links {
-            PeerLinks::Tls(tls) => match tls_connect(tls, &addr, tcp, &stop).await {
-                Some(s) => s,
-                None => {
-                    while let Ok(q) = rx.try_recv() {
-                        take(q);
-                    }
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(backoff) => {}
-                    }
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
-                    continue;
-                }
-            },
-            _ => Stream::from(tcp),
-        };
-        if !was_connected {
-            info!("connected to peer");
-        }
-        was_connected = true;
-        backoff = BACKOFF_MIN;
-        let mut sink = FramedWrite::new(stream, codec());
-        loop {
-            let frame = tokio::select! {
-                _ = stop.cancelled() => return,
-                f = rx.recv() => f,
-            };
-            let Some(frame) = frame.map(&mut take) else {
-                return;
-            };
-            // Batch what is already queued into one flush.
-            if let Err(e) = sink.feed(frame).await {
-                debug!(error = %e, "peer write failed");
-                break;
-            }
-            let mut failed = false;
-            while let Ok(more) = rx.try_recv() {
-                if let Err(e) = sink.feed(take(more)).await {
-                    debug!(error = %e, "peer write failed");
-                    failed = true;
-                    break;
-                }
-            }
-            if failed || sink.flush().await.is_err() {
-                break;
-            }
-        }
     }
 }
 
@@ -522,7 +373,7 @@ async fn dial(addr: &str, links: &PeerLinks, stop: &CancellationToken) -> Result
 /// host is what `--peers` lists, so certificates carry the names (or IPs)
 /// the cluster is configured with (`localhost` and `127.0.0.1` for a
 /// cluster on one machine). `None` (logged) if the handshake failed.
-async fn tls_connect(
+pub(super) async fn tls_connect(
     tls: &PeerTls,
     addr: &str,
     tcp: TcpStream,
@@ -648,25 +499,6 @@ async fn inbound(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn queue_bytes_bound_what_is_queued_but_let_one_large_frame_through() {
-        let q = QueueBytes::default();
-        assert!(q.reserve(600, 1000));
-        assert!(q.reserve(400, 1000));
-        assert!(!q.reserve(1, 1000), "full");
-        q.release(600);
-        assert!(!q.reserve(700, 1000), "400 + 700 is over the bound");
-        assert!(q.reserve(600, 1000));
-        q.release(400);
-        q.release(600);
-        assert_eq!(q.get(), 0);
-        // A snapshot larger than the bound goes, alone.
-        assert!(q.reserve(5000, 1000));
-        assert!(!q.reserve(1, 1000));
-        q.release(5000);
-        assert_eq!(q.get(), 0);
-    }
 
     #[tokio::test]
     async fn a_dead_peer_never_holds_more_than_the_byte_bound() {
