@@ -4,8 +4,10 @@
 //! Connections talk to it over one bounded channel ([`CoreMsg`]); it
 //! answers on each connection's own bounded outbound queue. It runs on a
 //! thread of its own (a current-thread runtime), so the fsync in the Ready
-//! loop blocks no connection task. Its rooms, each the one owner of its
-//! concept:
+//! loop blocks no connection task. The links to the other members run on
+//! that runtime too, and the core writes their frames to the socket itself
+//! ([`crate::raft::transport`]): a frame crosses no thread between the
+//! core and the network. Its rooms, each the one owner of its concept:
 //!
 //! - this file: the loop — messages, peer frames and ticks in, the Ready
 //!   loop ([`crate::raft::RaftNode::on_ready`]) and snapshots after;
