@@ -5,9 +5,9 @@
 //! The file is a snapshot file exactly as [`crate::raft::snapfile`] writes
 //! and reads it (header: magic, format version, metadata length, data
 //! length; raft's metadata; the encoded tree; xxh3-64 of everything
-//! before it). The header and the metadata are taken from
-//! [`snapfile::encode`] of an empty tree with the data length set, so the
-//! magic bytes and the format version stay that module's; the tests below
+//! before it). The header is made and checked by that module
+//! ([`snapfile::header_for`], [`snapfile::check_header`]), so the layout,
+//! the magic bytes and the format version stay its own; the tests below
 //! hold the streamed bytes equal to `snapfile::encode`'s and check them
 //! with `snapfile::decode`, which is what `warden restore` reads a backup
 //! with.
@@ -25,11 +25,7 @@ use xxhash_rust::xxh3::Xxh3;
 use crate::proto::{SnapshotMember, SnapshotNode, SnapshotSession};
 use crate::raft::snapfile;
 
-const HEADER_LEN: usize = 24;
-const CHECKSUM_LEN: usize = 8;
-/// Where the header keeps the data length (after magic, version and the
-/// metadata length).
-const DATA_LEN_AT: std::ops::Range<usize> = 16..24;
+use snapfile::{CHECKSUM_LEN, HEADER_LEN};
 
 /// Writes a backup file in pieces: [`Writer::start`] gives its first
 /// bytes, [`Writer::data`] hashes each piece of the tree as it goes out,
@@ -42,9 +38,10 @@ impl Writer {
     /// The writer, the header and metadata bytes that open the file, and
     /// the whole file's length, for a tree of `data_len` bytes.
     pub fn start(meta: &SnapshotMetadata, data_len: u64) -> Result<(Writer, Vec<u8>, u64), String> {
-        let empty = snapfile::encode(meta, &[]).map_err(|e| e.to_string())?;
-        let mut head = empty[..empty.len() - CHECKSUM_LEN].to_vec();
-        head[DATA_LEN_AT].copy_from_slice(&data_len.to_le_bytes());
+        let (header, meta_bytes) =
+            snapfile::header_for(meta, data_len).map_err(|e| e.to_string())?;
+        let mut head = header.to_vec();
+        head.extend_from_slice(&meta_bytes);
         let mut sum = Xxh3::new();
         sum.update(&head);
         let total = head.len() as u64 + data_len + CHECKSUM_LEN as u64;
@@ -142,30 +139,9 @@ impl Checker {
     /// Checks the header once its 24 bytes are in: magic bytes and format
     /// version as `snapfile` writes them, lengths adding up to the size.
     fn header(&mut self) -> Result<(), String> {
-        let ours =
-            snapfile::encode(&SnapshotMetadata::default(), &[]).map_err(|e| e.to_string())?;
-        let h = &self.head[..HEADER_LEN];
-        if h[..8] != ours[..8] {
-            return Err("no snapshot header (wrong magic bytes)".into());
-        }
-        let version = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
-        let readable = u32::from_le_bytes(ours[8..12].try_into().expect("4 bytes"));
-        if version != readable {
-            return Err(format!(
-                "format version {version}, this build reads {readable}"
-            ));
-        }
-        let meta_len = u64::from(u32::from_le_bytes(h[12..16].try_into().expect("4 bytes")));
-        let data_len = u64::from_le_bytes(h[DATA_LEN_AT].try_into().expect("8 bytes"));
-        let expected = (HEADER_LEN as u64 + CHECKSUM_LEN as u64)
-            .checked_add(meta_len)
-            .and_then(|n| n.checked_add(data_len));
-        if expected != Some(self.size) {
-            return Err(format!(
-                "the header announces {meta_len} + {data_len} bytes, the file holds {}",
-                self.size
-            ));
-        }
+        let h: &[u8; HEADER_LEN] = self.head[..HEADER_LEN].try_into().expect("header length");
+        let (meta_len, data_len) = snapfile::check_header(h, self.size)?;
+        let (meta_len, data_len) = (meta_len as u64, data_len as u64);
         self.head_len = HEADER_LEN as u64 + meta_len;
         self.data_end = self.head_len + data_len;
         self.head.reserve(meta_len as usize);

@@ -33,8 +33,8 @@ use super::storage::StorageError;
 
 const MAGIC: &[u8; 8] = b"WRDNSNAP";
 const VERSION: u32 = 1;
-const HEADER_LEN: usize = 24;
-const CHECKSUM_LEN: usize = 8;
+pub(crate) const HEADER_LEN: usize = 24;
+pub(crate) const CHECKSUM_LEN: usize = 8;
 const SUFFIX: &str = ".snap";
 const TMP_SUFFIX: &str = ".snap.tmp";
 
@@ -243,6 +243,21 @@ fn head(
     meta: &SnapshotMetadata,
     data: &[u8],
 ) -> Result<([u8; HEADER_LEN], Vec<u8>, u64), StorageError> {
+    let (header, meta_bytes) = header_for(meta, data.len() as u64)?;
+    let mut sum = Xxh3::new();
+    sum.update(&header);
+    sum.update(&meta_bytes);
+    sum.update(data);
+    Ok((header, meta_bytes, sum.digest()))
+}
+
+/// The header and the encoded metadata that open the file of a snapshot
+/// whose tree is `data_len` bytes (a backup streamed in pieces starts with
+/// these, then the tree, then the checksum of it all).
+pub(crate) fn header_for(
+    meta: &SnapshotMetadata,
+    data_len: u64,
+) -> Result<([u8; HEADER_LEN], Vec<u8>), StorageError> {
     let meta_bytes = meta
         .write_to_bytes()
         .map_err(|e| StorageError::Io(format!("encoding snapshot metadata: {e}")))?;
@@ -250,12 +265,8 @@ fn head(
     header[..8].copy_from_slice(MAGIC);
     header[8..12].copy_from_slice(&VERSION.to_le_bytes());
     header[12..16].copy_from_slice(&(meta_bytes.len() as u32).to_le_bytes());
-    header[16..24].copy_from_slice(&(data.len() as u64).to_le_bytes());
-    let mut sum = Xxh3::new();
-    sum.update(&header);
-    sum.update(&meta_bytes);
-    sum.update(data);
-    Ok((header, meta_bytes, sum.digest()))
+    header[16..24].copy_from_slice(&data_len.to_le_bytes());
+    Ok((header, meta_bytes))
 }
 
 /// A whole snapshot file's bytes, as [`SnapDir::write`] writes them: what
@@ -353,14 +364,16 @@ pub(crate) fn written_back(f: &File, offset: u64, len: u64) {
 
 /// The metadata and data lengths a header announces, checked against the
 /// file's size; else what is wrong.
-fn check_header(header: &[u8; HEADER_LEN], size: u64) -> Result<(usize, usize), String> {
+/// Checks a file's header against its size: magic bytes, a format version
+/// this build reads, lengths adding up; the metadata and tree lengths.
+pub(crate) fn check_header(header: &[u8; HEADER_LEN], size: u64) -> Result<(usize, usize), String> {
     if &header[..8] != MAGIC {
         return Err("no snapshot header (wrong magic bytes)".into());
     }
     let version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
     if version != VERSION {
         return Err(format!(
-            "format version {version}, this server reads {VERSION}"
+            "format version {version}, this build reads {VERSION}"
         ));
     }
     let meta_len = u64::from(u32::from_le_bytes(
