@@ -92,10 +92,12 @@ pub async fn unsafe_server_case(opts: &TestOpts) -> Case {
     let name = "register: servers skipping ReadIndex, under partitions".to_string();
     // Catching it takes a client reading on the cut-off server a value the
     // majority has since overwritten: likely in 20 s, not certain (it was
-    // missed once in CI). A second run is allowed; a suite that cannot
-    // catch the bug misses both.
+    // missed once in CI, and twice in a row on a machine loaded by builds
+    // beside the suite, where the same binary caught it in every quiet
+    // run). Three runs are allowed; a suite that cannot catch the bug
+    // misses all three.
     let mut details = Vec::new();
-    for attempt in 0..2u64 {
+    for attempt in 0..3u64 {
         opts.seed = opts.seed.wrapping_add(attempt);
         match run::test(&opts).await {
             Ok(o) => {
