@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio_util::codec::Encoder;
@@ -146,7 +146,39 @@ impl Link {
 enum Conn {
     /// Shared with the core, which writes to it too (never both at once).
     Plain(Arc<TcpStream>),
-    Tls(Box<Stream>),
+    Tls(WriteHalf<Stream>),
+}
+
+/// The read side of a link, watched only to learn that the peer closed its
+/// end: the peer never writes on it.
+enum Watch {
+    Plain(Arc<TcpStream>),
+    Tls(ReadHalf<Stream>),
+}
+
+impl Watch {
+    /// Resolves when the peer's end closes (or fails); anything the peer
+    /// sends is read and ignored. Writes alone would not always tell:
+    /// where the peer's address now leads nowhere (a container's, gone
+    /// with it), they are neither refused nor answered, and TCP gives up
+    /// only after many minutes, all that time the peer hearing nothing.
+    async fn closed(&mut self) {
+        let mut scratch = [0u8; 256];
+        match self {
+            Watch::Plain(tcp) => loop {
+                if tcp.readable().await.is_err() {
+                    return;
+                }
+                match tcp.try_read(&mut scratch) {
+                    Ok(0) => return,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(_) => return,
+                }
+            },
+            Watch::Tls(read) => while matches!(read.read(&mut scratch).await, Ok(n) if n > 0) {},
+        }
+    }
 }
 
 impl Conn {
@@ -164,9 +196,9 @@ impl Conn {
                 }
                 Ok(())
             }
-            Conn::Tls(s) => {
-                s.write_all(buf).await?;
-                s.flush().await
+            Conn::Tls(w) => {
+                w.write_all(buf).await?;
+                w.flush().await
             }
         }
     }
@@ -210,9 +242,12 @@ pub(super) async fn run(addr: String, link: Arc<Link>, stop: CancellationToken, 
             }
         };
         let _ = tcp.set_nodelay(true);
-        let mut conn = match &links {
+        let (mut conn, mut watch) = match &links {
             PeerLinks::Tls(tls) => match tls_connect(tls, &addr, tcp, &stop).await {
-                Some(s) => Conn::Tls(Box::new(s)),
+                Some(s) => {
+                    let (read, write) = tokio::io::split(s);
+                    (Conn::Tls(write), Watch::Tls(read))
+                }
                 None => {
                     link.drop_queued();
                     tokio::select! {
@@ -226,9 +261,13 @@ pub(super) async fn run(addr: String, link: Arc<Link>, stop: CancellationToken, 
             _ => {
                 let tcp = Arc::new(tcp);
                 link.state().direct = Some(tcp.clone());
-                Conn::Plain(tcp)
+                (Conn::Plain(tcp.clone()), Watch::Plain(tcp))
             }
         };
+        // The link is dropped and dialled afresh (resolving the name again)
+        // as soon as the peer's end closes, even in the middle of a write.
+        let closed = watch.closed();
+        tokio::pin!(closed);
         if !was_connected {
             info!("connected to peer");
         }
@@ -238,6 +277,7 @@ pub(super) async fn run(addr: String, link: Arc<Link>, stop: CancellationToken, 
             while let Some(chunk) = link.take() {
                 let result = tokio::select! {
                     _ = stop.cancelled() => return,
+                    _ = &mut closed => Err(std::io::ErrorKind::ConnectionReset.into()),
                     r = conn.write_all(&chunk) => r,
                 };
                 link.written();
@@ -249,6 +289,11 @@ pub(super) async fn run(addr: String, link: Arc<Link>, stop: CancellationToken, 
             }
             tokio::select! {
                 _ = stop.cancelled() => return,
+                _ = &mut closed => {
+                    debug!("peer closed the link");
+                    link.drop_queued();
+                    break 'connected;
+                }
                 _ = link.wake.notified() => {}
             }
         }
@@ -343,5 +388,46 @@ mod tests {
             .expect("every frame arrives")
             .unwrap();
         assert_eq!(seen, (0..N).collect::<Vec<_>>());
+    }
+
+    /// The peer's end closes (FIN) but nothing refuses what is written
+    /// after, as where its address now leads nowhere: the link notices and
+    /// dials again.
+    #[tokio::test]
+    async fn a_link_whose_peer_closed_its_end_is_dialled_again() {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let mut t = Transport::new(1, tokio::runtime::Handle::current(), PeerLinks::Plain);
+        t.add_peer(2, &addr);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        // Sends until the listener gets a connection (the link dials on
+        // its own; a frame now and then keeps it writing).
+        async fn accept(
+            listener: &tokio::net::TcpListener,
+            t: &Transport,
+            deadline: tokio::time::Instant,
+        ) -> TcpStream {
+            loop {
+                t.send(2, frame(0, 16));
+                t.flush();
+                tokio::select! {
+                    a = listener.accept() => return a.unwrap().0,
+                    _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+                }
+                assert!(tokio::time::Instant::now() < deadline, "no connection came");
+            }
+        }
+        let first = accept(&listener, &t, deadline).await;
+        let (mut read, mut write) = first.into_split();
+        write.shutdown().await.unwrap();
+        // Its socket stays open, swallowing whatever arrives.
+        let swallow = tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            while matches!(read.read(&mut buf).await, Ok(n) if n > 0) {}
+            drop(write);
+        });
+        let _second = accept(&listener, &t, deadline).await;
+        swallow.abort();
     }
 }
