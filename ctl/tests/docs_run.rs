@@ -1,9 +1,11 @@
 //! The docs run as written: every shell block of the pages in
 //! [`RUN_PAGES`] (cluster, fencing, http-api, monitoring, operations,
-//! recipes, security) is run by bash, in page order, against real processes, with
-//! `./target/release/NAME` and `NAME` on PATH being the binaries built with
-//! these tests (the pages' ports as written: 7000-7303 and 7500 on
-//! 127.0.0.1, so the pages run one after the other). docs/docs-tests.md
+//! recipes, security, zookeeper) is run by bash, in page order, against
+//! real processes, with `./target/release/NAME` and `NAME` on PATH being
+//! the binaries built with these tests (the pages' ports as written:
+//! 7000-7303, 7500 and 2181 on 127.0.0.1, so the pages run one after the
+//! other), from a directory linking the repository's `packaging/` and
+//! `compat/`. docs/docs-tests.md
 //! states the rules for readers and writers of the pages.
 //!
 //! A block is run unless the HTML comment on the line before its fence
@@ -38,7 +40,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 /// The pages this file runs.
-const RUN_PAGES: [&str; 7] = [
+const RUN_PAGES: [&str; 8] = [
     "docs/cluster.md",
     "docs/fencing.md",
     "docs/http-api.md",
@@ -46,12 +48,13 @@ const RUN_PAGES: [&str; 7] = [
     "docs/operations.md",
     "docs/recipes.md",
     "docs/security.md",
+    "docs/zookeeper.md",
 ];
 
 /// Pages whose blocks no test runs yet, and why (their Warden commands
 /// are parse-checked by docs_commands.rs). A page with no shell block
 /// needs no entry.
-const NOT_YET_RUN: [(&str, &str); 6] = [
+const NOT_YET_RUN: [(&str, &str); 5] = [
     (
         "docs/benchmarks.md",
         "release builds and benchmarks of minutes (bench/compare.sh: 6-9 minutes)",
@@ -71,11 +74,6 @@ const NOT_YET_RUN: [(&str, &str); 6] = [
     (
         "docs/locks-observability.md",
         "not yet: its example state needs kazoo, mutex and HTTP holders set up first",
-    ),
-    (
-        "docs/zookeeper.md",
-        "Java and C ZooKeeper clients (compat/run.sh; server/tests/zk_clients.rs runs \
-         them where Java is present), nc, a JAAS file",
     ),
 ];
 
@@ -311,6 +309,10 @@ fn script(page: &str, blocks: &[Block]) -> (String, Vec<JsonExpect>) {
                     at(b.line)
                 );
                 let (line, command) = commands[0];
+                // A comment after the command is the reader's, not bash's.
+                let command = command
+                    .split_once(" #")
+                    .map_or(command.as_str(), |(c, _)| c.trim_end());
                 n += 1;
                 s.push_str(&format!(
                     "{command} > \"$OUT/bg{n}\" 2>&1 &\nBG+=($!)\ndisown $!\n\
@@ -476,7 +478,7 @@ fn run_page(page: &str, tools: &[PathBuf]) {
         .chain(7100..=7103)
         .chain(7200..=7203)
         .chain(7300..=7303)
-        .chain([7010, 7110, 7210, 7500])
+        .chain([7010, 7110, 7210, 7500, 2181])
     {
         if let Err(e) = std::net::TcpListener::bind(("127.0.0.1", port)) {
             panic!("{page}: port {port} on 127.0.0.1 is taken ({e}); the docs run on their own ports: stop what uses it");
@@ -499,7 +501,11 @@ fn run_page(page: &str, tools: &[PathBuf]) {
             &bin_dir.join(name),
         );
     }
-    std::os::unix::fs::symlink(repo().join("packaging"), dir.path().join("packaging")).unwrap();
+    // The repository's files the pages name by relative paths, as if
+    // run from its top directory.
+    for name in ["packaging", "compat"] {
+        std::os::unix::fs::symlink(repo().join(name), dir.path().join(name)).unwrap();
+    }
     let out_dir = dir.path().join("out");
     std::fs::create_dir_all(&out_dir).unwrap();
     let child = Command::new("bash")
@@ -618,6 +624,67 @@ fn the_monitoring_page_runs_as_written() {
             &[promtool.parent().expect("a directory").to_path_buf()],
         ),
     }
+}
+
+/// `name` on PATH.
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// With ZooKeeper's clients as Debian ships them, what `compat/run.sh`
+/// installs (zkCli.sh, Java and Curator's jars, the C client's header,
+/// gcc), and `nc` (Debian's `netcat-openbsd`, fetched under
+/// `target/debian` when not on PATH). Without them the page is not run,
+/// saying why, as server/tests/zk_clients.rs skips its tests; under
+/// `WARDEN_COMPAT_REQUIRED=1` (compat/run.sh, CI with Java) a missing one
+/// fails the test.
+#[test]
+fn the_zookeeper_page_runs_as_written() {
+    let jars = [
+        "curator-recipes",
+        "curator-framework",
+        "curator-client",
+        "zookeeper",
+        "zookeeper-jute",
+        "guava",
+        "slf4j-api",
+        "slf4j-simple",
+    ];
+    let mut missing: Vec<String> = ["javac", "java", "gcc"]
+        .into_iter()
+        .filter(|p| on_path(p).is_none())
+        .map(str::to_string)
+        .collect();
+    let files = jars
+        .iter()
+        .map(|j| format!("/usr/share/java/{j}.jar"))
+        .chain([
+            "/usr/share/zookeeper/bin/zkCli.sh".to_string(),
+            "/usr/include/zookeeper/zookeeper.h".to_string(),
+        ]);
+    missing.extend(files.filter(|f| !Path::new(f).exists()));
+    let tools = tempfile::tempdir().unwrap();
+    if on_path("nc").is_none() {
+        match warden_testkit::debian::file("netcat-openbsd", "bin/nc.openbsd") {
+            Ok(nc) => wrapper(tools.path(), "nc", &nc),
+            Err(why) => missing.push(format!("nc ({why})")),
+        }
+    }
+    if !missing.is_empty() {
+        let why = format!(
+            "docs/zookeeper.md not run: missing {} (bash compat/run.sh installs them)",
+            missing.join(", ")
+        );
+        assert!(
+            std::env::var("WARDEN_COMPAT_REQUIRED").as_deref() != Ok("1"),
+            "{why}"
+        );
+        println!("{why}");
+        return;
+    }
+    run_page("docs/zookeeper.md", &[tools.path().to_path_buf()]);
 }
 
 #[test]
