@@ -1,6 +1,6 @@
 //! The docs run as written: every shell block of the pages in
-//! [`RUN_PAGES`] (cluster, fencing, http-api, monitoring, operations,
-//! recipes, security, zookeeper) is run by bash, in page order, against
+//! [`RUN_PAGES`] (cluster, fencing, http-api, locks-observability,
+//! monitoring, operations, recipes, security, zookeeper) is run by bash, in page order, against
 //! real processes, with `./target/release/NAME` and `NAME` on PATH being
 //! the binaries built with these tests (the pages' ports as written:
 //! 7000-7303, 7500 and 2181 on 127.0.0.1, so the pages run one after the
@@ -40,10 +40,11 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 /// The pages this file runs.
-const RUN_PAGES: [&str; 8] = [
+const RUN_PAGES: [&str; 9] = [
     "docs/cluster.md",
     "docs/fencing.md",
     "docs/http-api.md",
+    "docs/locks-observability.md",
     "docs/monitoring.md",
     "docs/operations.md",
     "docs/recipes.md",
@@ -54,7 +55,7 @@ const RUN_PAGES: [&str; 8] = [
 /// Pages whose blocks no test runs yet, and why (their Warden commands
 /// are parse-checked by docs_commands.rs). A page with no shell block
 /// needs no entry.
-const NOT_YET_RUN: [(&str, &str); 5] = [
+const NOT_YET_RUN: [(&str, &str); 4] = [
     (
         "docs/benchmarks.md",
         "release builds and benchmarks of minutes (bench/compare.sh: 6-9 minutes)",
@@ -70,10 +71,6 @@ const NOT_YET_RUN: [(&str, &str); 5] = [
     (
         "docs/jepsen.md",
         "a release build and a 10-minute Jepsen run",
-    ),
-    (
-        "docs/locks-observability.md",
-        "not yet: its example state needs kazoo, mutex and HTTP holders set up first",
     ),
 ];
 
@@ -199,19 +196,21 @@ fn quoted(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-/// The bash script running a page's blocks; `FAIL ...` lines on stdout
-/// say what went wrong.
-/// A JSON answer a console block shows: checked after the run by
-/// [`json_answer_printed`], as times differ from run to run.
-struct JsonExpect {
+/// What a console block shows a step printing, checked after the run as
+/// it varies from run to run: a JSON answer (one line, or an object over
+/// several lines: a pretty-printed answer) by [`json_answer_printed`],
+/// or a line with session ids or table columns by [`text_printed`].
+struct Expect {
     step: String,
     want: String,
     what: String,
+    json: bool,
 }
 
 /// Fields holding times (or ids drawn per run): their values may differ
 /// from the page's, their kinds may not.
-const VARYING: [&str; 7] = [
+const VARYING: [&str; 8] = [
+    "applied_index",
     "expires_at",
     "expires_at_epoch_ms",
     "expires_at_ms",
@@ -247,8 +246,57 @@ fn same_shape(want: &serde_json::Value, got: &serde_json::Value, key: &str) -> b
         (Value::Array(a), Value::Array(b)) => {
             a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same_shape(x, y, key))
         }
+        (Value::String(a), Value::String(b)) => drawn_ids(a) == drawn_ids(b),
         _ => want == got,
     }
+}
+
+/// `s` with each run of 16 or more hex digits (an id drawn per run: a
+/// Mutex contender's, kazoo's, in a node name) as `*`.
+fn drawn_ids(s: &str) -> String {
+    let mut out = String::new();
+    let mut run = String::new();
+    for c in s.chars().chain(['\n']) {
+        if c.is_ascii_hexdigit() {
+            run.push(c);
+            continue;
+        }
+        if run.len() >= 16 {
+            out.push('*');
+        } else {
+            out.push_str(&run);
+        }
+        run.clear();
+        out.push(c);
+    }
+    out.pop();
+    out
+}
+
+/// A line shown with a session id (`0x` and 8 or more hex digits) or with
+/// columns (two spaces or more): matched by [`text_printed`], not grep.
+fn loose(line: &str) -> bool {
+    line.contains("  ") || line.split_whitespace().any(session_id)
+}
+
+fn session_id(word: &str) -> bool {
+    word.strip_prefix("0x")
+        .is_some_and(|h| h.len() >= 8 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// `line`'s words, one space apart, each session id as `0x*`.
+fn words(line: &str) -> String {
+    line.split_whitespace()
+        .map(|w| if session_id(w) { "0x*" } else { w })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Whether a line of `output` holds `want`, but for the width of its
+/// columns and its session ids, which differ from run to run.
+fn text_printed(output: &str, want: &str) -> bool {
+    let want = words(want);
+    output.lines().any(|l| words(l).contains(&want))
 }
 
 /// Whether the step's output holds a line answering as `want` shows.
@@ -262,7 +310,9 @@ fn json_answer_printed(output: &str, want: &str) -> bool {
     })
 }
 
-fn script(page: &str, blocks: &[Block]) -> (String, Vec<JsonExpect>) {
+/// The bash script running a page's blocks; `FAIL ...` lines on stdout
+/// say what went wrong. The [`Expect`]s are checked after it ran.
+fn script(page: &str, blocks: &[Block]) -> (String, Vec<Expect>) {
     let mut json = Vec::new();
     let mut s = String::from(
         "set -u\nset -o pipefail\nshopt -s expand_aliases\nBG=()\n\
@@ -407,13 +457,25 @@ fn script(page: &str, blocks: &[Block]) -> (String, Vec<JsonExpect>) {
                  else [ $rc -eq 0 ] || echo FAIL exit $rc: {what}; fi\n",
                 e = u8::from(expect_error),
             ));
+            let expect = |want: String, json: bool| Expect {
+                step: format!("step{n}"),
+                want,
+                what: format!("{}: {}", at(line), command),
+                json,
+            };
+            // A JSON object over several lines: one answer.
+            let whole = prints.join("\n");
+            if prints.len() > 1 && json_and_status(&whole).is_some() {
+                json.push(expect(whole, true));
+                continue;
+            }
             for p in prints {
                 if json_and_status(&p).is_some() {
-                    json.push(JsonExpect {
-                        step: format!("step{n}"),
-                        want: p,
-                        what: format!("{}: {}", at(line), command),
-                    });
+                    json.push(expect(p, true));
+                    continue;
+                }
+                if loose(&p) {
+                    json.push(expect(p, false));
                     continue;
                 }
                 s.push_str(&format!(
@@ -546,7 +608,15 @@ fn run_page(page: &str, tools: &[PathBuf]) {
         .collect();
     for e in &json {
         let output = std::fs::read_to_string(out_dir.join(&e.step)).unwrap_or_default();
-        if !json_answer_printed(&output, &e.want) {
+        if !e.json && !text_printed(&output, &e.want) {
+            failures.push(format!(
+                "FAIL did not print {} (session ids and column widths may differ): {}\n  printed: {}",
+                e.want,
+                e.what,
+                output.trim()
+            ));
+        }
+        if e.json && !json_answer_printed(&output, &e.want) {
             failures.push(format!(
                 "FAIL did not answer {} (times may differ, nothing else): {}\n  printed: {}",
                 e.want,
@@ -624,6 +694,14 @@ fn the_monitoring_page_runs_as_written() {
             &[promtool.parent().expect("a directory").to_path_buf()],
         ),
     }
+}
+
+/// kazoo (`python3` of `target/zk-venv`, made from PyPI on first use as
+/// for the ZooKeeper tests) takes one of the page's locks.
+#[test]
+fn the_locks_observability_page_runs_as_written() {
+    let venv = warden_testkit::python::zk_venv();
+    run_page("docs/locks-observability.md", &[venv.join("bin")]);
 }
 
 /// `name` on PATH.
