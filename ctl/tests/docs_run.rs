@@ -1,5 +1,5 @@
 //! The docs run as written: every shell block of the pages in
-//! [`RUN_PAGES`] (cluster, fencing, http-api, locks-observability,
+//! [`RUN_PAGES`] (cluster, fencing, http-api, http-push, locks-observability,
 //! monitoring, operations, recipes, security, zookeeper) is run by bash, in page order, against
 //! real processes, with `./target/release/NAME` and `NAME` on PATH being
 //! the binaries built with these tests (the pages' ports as written:
@@ -23,7 +23,8 @@
 //!   SIGTERM, as Ctrl-C would stop it, and waited for, first.
 //!
 //! Lines whose comment promises an error (`# error ...`) must fail, every
-//! other line must succeed. In a `console` block the `$ ` lines are the
+//! other line must succeed. `wait %N` waits (20 s at most) for job N to
+//! end, and the lines after it are what the job printed. In a `console` block the `$ ` lines are the
 //! commands and the lines after one are what it must print (a command
 //! printing an `error...` line must fail). Lines ending in `&` are jobs
 //! `%1`, `%2`...: one whose comment shows its output is waited for, and
@@ -40,10 +41,11 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 /// The pages this file runs.
-const RUN_PAGES: [&str; 9] = [
+const RUN_PAGES: [&str; 10] = [
     "docs/cluster.md",
     "docs/fencing.md",
     "docs/http-api.md",
+    "docs/http-push.md",
     "docs/locks-observability.md",
     "docs/monitoring.md",
     "docs/operations.md",
@@ -55,7 +57,7 @@ const RUN_PAGES: [&str; 9] = [
 /// Pages whose blocks no test runs yet, and why (their Warden commands
 /// are parse-checked by docs_commands.rs). A page with no shell block
 /// needs no entry.
-const NOT_YET_RUN: [(&str, &str); 4] = [
+const NOT_YET_RUN: [(&str, &str); 3] = [
     (
         "docs/benchmarks.md",
         "release builds and benchmarks of minutes (bench/compare.sh: 6-9 minutes)",
@@ -63,10 +65,6 @@ const NOT_YET_RUN: [(&str, &str); 4] = [
     (
         "docs/grpc.md",
         "grpcurl is not installed here (server/tests/grpc.rs checks the reflection it uses)",
-    ),
-    (
-        "docs/http-push.md",
-        "websocat is not installed here; its curl -N streams run until interrupted",
     ),
     (
         "docs/jepsen.md",
@@ -209,8 +207,9 @@ struct Expect {
 
 /// Fields holding times (or ids drawn per run): their values may differ
 /// from the page's, their kinds may not.
-const VARYING: [&str; 8] = [
+const VARYING: [&str; 9] = [
     "applied_index",
+    "version",
     "expires_at",
     "expires_at_epoch_ms",
     "expires_at_ms",
@@ -220,9 +219,14 @@ const VARYING: [&str; 8] = [
     "session_id",
 ];
 
-/// A line as `JSON` or `JSON STATUS` (curl's `-w ' %{http_code}'`).
+/// A line as `JSON` or `JSON STATUS` (curl's `-w ' %{http_code}'`), or
+/// a Server-Sent Event's `data: JSON` (the status then `data:`).
 fn json_and_status(line: &str) -> Option<(serde_json::Value, &str)> {
     let line = line.trim();
+    if let Some(json) = line.strip_prefix("data: ") {
+        let v: serde_json::Value = serde_json::from_str(json).ok()?;
+        return v.is_object().then_some((v, "data:"));
+    }
     let (json, status) = match line.rsplit_once(' ') {
         Some((j, st)) if st.len() == 3 && st.bytes().all(|b| b.is_ascii_digit()) => (j, st),
         _ => (line, ""),
@@ -273,10 +277,11 @@ fn drawn_ids(s: &str) -> String {
     out
 }
 
-/// A line shown with a session id (`0x` and 8 or more hex digits) or with
-/// columns (two spaces or more): matched by [`text_printed`], not grep.
+/// A line shown with a session id (`0x` and 8 or more hex digits), with
+/// columns (two spaces or more), or a Server-Sent Event's `id: N` (a
+/// version, a zxid): matched by [`text_printed`], not grep.
 fn loose(line: &str) -> bool {
-    line.contains("  ") || line.split_whitespace().any(session_id)
+    line.contains("  ") || line.starts_with("id: ") || line.split_whitespace().any(session_id)
 }
 
 fn session_id(word: &str) -> bool {
@@ -284,10 +289,16 @@ fn session_id(word: &str) -> bool {
         .is_some_and(|h| h.len() >= 8 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-/// `line`'s words, one space apart, each session id as `0x*`.
+/// `line`'s words, one space apart, each session id as `0x*`, an event
+/// id as `*`.
 fn words(line: &str) -> String {
+    let event_id = line.starts_with("id: ");
     line.split_whitespace()
-        .map(|w| if session_id(w) { "0x*" } else { w })
+        .map(|w| match w {
+            w if session_id(w) => "0x*",
+            w if event_id && w.bytes().all(|b| b.is_ascii_digit()) => "*",
+            w => w,
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -338,9 +349,10 @@ fn script(page: &str, blocks: &[Block]) -> (String, Vec<Expect>) {
          }\n",
     );
     let mut n = 0;
-    // The output files of the page's own `&` lines: jobs %1, %2, ...
-    // (background blocks are disowned, as if in another terminal).
-    let mut jobs: Vec<String> = Vec::new();
+    // The output files and pid variables of the page's own `&` lines:
+    // jobs %1, %2, ... (background blocks are disowned, as if in another
+    // terminal).
+    let mut jobs: Vec<(String, String)> = Vec::new();
     for b in blocks {
         let at = |line: usize| format!("{page}:{line}");
         match &b.marker {
@@ -401,8 +413,10 @@ fn script(page: &str, blocks: &[Block]) -> (String, Vec<Expect>) {
                 || prints.iter().any(|p| p.starts_with("error"));
             n += 1;
             if let Some(job) = code.strip_suffix('&') {
-                s.push_str(&format!("{job} > \"$OUT/job{n}\" 2>&1 &\nBG+=($!)\n"));
-                jobs.push(format!("$OUT/job{n}"));
+                s.push_str(&format!(
+                    "{job} > \"$OUT/job{n}\" 2>&1 &\nBG+=($!)\nJOB{n}=$!\n"
+                ));
+                jobs.push((format!("$OUT/job{n}"), format!("$JOB{n}")));
                 // A comment showing what it prints (not a `(note)`): as a
                 // reader would, see it print before the next line.
                 if trimmed
@@ -423,7 +437,7 @@ fn script(page: &str, blocks: &[Block]) -> (String, Vec<Expect>) {
                 .strip_prefix("kill %")
                 .and_then(|j| j.trim().parse::<usize>().ok())
             {
-                let file = jobs
+                let (file, _) = jobs
                     .get(id.wrapping_sub(1))
                     .unwrap_or_else(|| panic!("{}: no job %{id} started above", at(line)));
                 s.push_str(&format!(
@@ -449,14 +463,31 @@ fn script(page: &str, blocks: &[Block]) -> (String, Vec<Expect>) {
                 }
             }
             let what = quoted(&format!("{}: {}", at(line), command));
-            // A group, not a subshell: `export`, `alias` and variables
-            // carry on to the next lines, as typed in one terminal.
-            s.push_str(&format!(
-                "{{ {command}\n}} > \"$OUT/step{n}\" 2>&1\nrc=$?; cat \"$OUT/step{n}\"\n\
-                 if [ {e} = 1 ]; then [ $rc -ne 0 ] || echo FAIL succeeded, the page says it fails: {what}; \
-                 else [ $rc -eq 0 ] || echo FAIL exit $rc: {what}; fi\n",
-                e = u8::from(expect_error),
-            ));
+            if let Some(id) = code
+                .strip_prefix("wait %")
+                .and_then(|j| j.trim().parse::<usize>().ok())
+            {
+                // `wait %N`: job N runs to its end (20 s at most), and
+                // what it printed is this step's output, checked against
+                // the lines after it.
+                let (file, pid) = jobs
+                    .get(id.wrapping_sub(1))
+                    .unwrap_or_else(|| panic!("{}: no job %{id} started above", at(line)));
+                s.push_str(&format!(
+                    "for _ in $(seq 1 200); do kill -0 {pid} 2>/dev/null || break; sleep 0.1; done\n\
+                     kill -0 {pid} 2>/dev/null && echo FAIL job %{id} did not end: {what}\n\
+                     cp \"{file}\" \"$OUT/step{n}\"\n"
+                ));
+            } else {
+                // A group, not a subshell: `export`, `alias` and variables
+                // carry on to the next lines, as typed in one terminal.
+                s.push_str(&format!(
+                    "{{ {command}\n}} > \"$OUT/step{n}\" 2>&1\nrc=$?; cat \"$OUT/step{n}\"\n\
+                     if [ {e} = 1 ]; then [ $rc -ne 0 ] || echo FAIL succeeded, the page says it fails: {what}; \
+                     else [ $rc -eq 0 ] || echo FAIL exit $rc: {what}; fi\n",
+                    e = u8::from(expect_error),
+                ));
+            }
             let expect = |want: String, json: bool| Expect {
                 step: format!("step{n}"),
                 want,
@@ -670,6 +701,11 @@ fn the_fencing_page_runs_as_written() {
 #[test]
 fn the_http_api_page_runs_as_written() {
     run_page("docs/http-api.md", &[]);
+}
+
+#[test]
+fn the_http_push_page_runs_as_written() {
+    run_page("docs/http-push.md", &[]);
 }
 
 #[test]
