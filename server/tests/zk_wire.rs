@@ -18,6 +18,39 @@ fn four_letter(addr: &str, word: &str) -> String {
     out
 }
 
+/// `echo mntr | nc HOST 2181`, ZooKeeper's documented way to ask, sends
+/// the word and a newline and reads until the server closes. A server
+/// that closed with the newline unread sent a reset, and nc (Debian's
+/// netcat-openbsd), seeing the socket's error, printed nothing, most of
+/// the time for `mntr`: the server must close cleanly (no error on the
+/// asker's socket) and the answer arrive whole.
+#[test]
+fn a_word_with_a_newline_after_it_is_answered_whole() {
+    let server = Server::start();
+    for round in 0..40 {
+        let word = if round % 2 == 0 { "mntr\n" } else { "ruok\n" };
+        let mut s = TcpStream::connect(server.zk_addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(word.as_bytes()).unwrap();
+        // An asker slower than the server (nc, busy with its stdin): the
+        // answer and the server's close both come before the first read.
+        // Not a wait for anything; a reader that is late.
+        std::thread::sleep(Duration::from_millis(100));
+        let reset = s.take_error().unwrap();
+        let mut out = Vec::new();
+        let read = s.read_to_end(&mut out);
+        let out = String::from_utf8_lossy(&out);
+        assert!(
+            reset.is_none() && read.is_ok(),
+            "round {round}, {word:?}: the server reset the connection ({reset:?}, {read:?})"
+        );
+        assert!(
+            out.contains("zk_server_state\t") || out == "imok",
+            "round {round}, {word:?}: got {out:?}"
+        );
+    }
+}
+
 #[test]
 fn four_letter_words_answer() {
     let server = Server::start();

@@ -13,13 +13,21 @@ pub fn tool(package: &str, binary: &str) -> Result<PathBuf, String> {
     if let Some(on_path) = which(binary) {
         return Ok(on_path);
     }
+    file(package, &format!("usr/bin/{binary}"))
+}
+
+/// The file at `path` (relative, as in the package: `bin/nc.openbsd`)
+/// of Debian's `package`, unpacked under `target/debian/<package>` on
+/// first use (for a program the package installs under another name
+/// than the one on `PATH`); an error saying why when it cannot be had.
+pub fn file(package: &str, path: &str) -> Result<PathBuf, String> {
     let target = crate::binary("warden")
         .parent()
         .and_then(Path::parent)
         .expect("target/<profile>/warden")
         .to_path_buf();
     let dir = target.join("debian").join(package);
-    let unpacked = dir.join("usr/bin").join(binary);
+    let unpacked = dir.join(path);
     if unpacked.is_file() {
         return Ok(unpacked);
     }
@@ -70,7 +78,7 @@ pub fn tool(package: &str, binary: &str) -> Result<PathBuf, String> {
     if unpacked.is_file() {
         Ok(unpacked)
     } else {
-        Err(format!("{package} has no usr/bin/{binary}"))
+        Err(format!("{package} has no {path}"))
     }
 }
 

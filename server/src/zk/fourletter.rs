@@ -13,7 +13,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::core::admin::{AdminAsk, AdminReport, ConnReport};
@@ -572,6 +572,26 @@ pub async fn answer(
         .write_all(render(word, &r, &host, Some(&asker)).as_bytes())
         .await;
     let _ = stream.shutdown().await;
+    drain(&mut stream).await;
+}
+
+/// Reads and drops what the asker sent after its word (`echo mntr | nc`
+/// sends a newline) until it closes its side, so the socket is not
+/// closed with unread bytes: that sends a reset instead of an orderly
+/// close, and nc, seeing the socket's error, printed nothing. Bounded in
+/// time and bytes, so an asker that never closes cannot hold the task.
+async fn drain(stream: &mut Stream) {
+    let mut buf = [0u8; 1024];
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+        let mut left = 64 * 1024usize;
+        while let Ok(n @ 1..) = stream.read(&mut buf).await {
+            left = left.saturating_sub(n);
+            if left == 0 {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 #[cfg(test)]
