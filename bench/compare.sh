@@ -221,11 +221,23 @@ for line in sys.stdin:
 
 # --- the runs ----------------------------------------------------------------
 rows=("set 16" "set 64" "get 16" "create-delete 16" "lock 16" "lock 64" "lock 1" "handoff 16")
+# CPU seconds (user + system) the three servers of `system` used so far.
+server_pids() {
+  if [ "$1" = zookeeper ]; then cat "$work"/zk/{1,2,3}/pid; else cat "$work"/warden/node-{1,2,3}.pid; fi
+}
+server_cpu_s() {
+  local hz; hz=$(getconf CLK_TCK)
+  for p in $(server_pids "$1"); do awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0; done |
+    awk -v hz="$hz" '{t += $1} END {printf "%.2f", t / hz}'
+}
 zkbench() { # system hosts workload clients
   say "$1: $3 ($4 clients)"
+  local cpu0 t0; cpu0=$(server_cpu_s "$1"); t0=$(date +%s.%N)
   run_child "$bin/warden-zkbench" --servers "$2" --label "$1" --workload "$3" --clients "$4" \
     --seconds "$seconds" --warmup-seconds "$warmup" --json >> "$results" \
     || { say "$1 $3 $4 failed"; echo "{\"system\":\"$1\",\"workload\":\"$3\",\"clients\":$4,\"failed\":true}" >> "$results"; }
+  # The servers' CPU over the row (warm-up included), for the CPU-per-op table.
+  echo "{\"system\":\"$1\",\"workload\":\"$3\",\"clients\":$4,\"server_cpu_s\":$(server_cpu_s "$1" | awk -v a="$cpu0" '{printf "%.2f", $1 - a}'),\"wall_s\":$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f", b - a}')}" >> "$results"
 }
 failover() { # system hosts pid
   say "$1: failover, kill -9 $3"

@@ -89,10 +89,11 @@ def main():
     a = p.parse_args()
     runs = [json.loads(line) for line in open(a.results) if line.strip()]
 
-    def find(system, workload, clients=None):
+    def find(system, workload, clients=None, cpu=False):
         for r in runs:
             if r.get("system") == system and r.get("workload") == workload and (
-                    clients is None or r.get("clients") == clients):
+                    clients is None or r.get("clients") == clients) and (
+                    ("server_cpu_s" in r) == cpu):
                 return r
         return None
 
@@ -144,6 +145,27 @@ def main():
                "and the client picks the server at random; `*` marks a writer whose connection was "
                "lost (it was on the killed server). Errors are those seen after the kill.")
     out.append("")
+    if any("server_cpu_s" in r for r in runs):
+        out.append("The three servers' CPU (user + system, from /proc) per operation over the same rows "
+                   "(warm-up included, counted at the row's measured rate): on this machine the servers "
+                   "and the load generator share two cores, so a row is bound by two cores divided by "
+                   "the CPU each operation costs all of them.")
+        out.append("")
+        out.append("| workload (clients) | ZooKeeper, server CPU per op | Warden, server CPU per op | Warden / ZooKeeper |")
+        out.append("|---|---|---|---|")
+
+        def per_op(r, c):
+            if not r or not c or r.get("failed") or not r.get("ops_per_sec") or not c.get("wall_s"):
+                return None
+            return c["server_cpu_s"] / (r["ops_per_sec"] * c["wall_s"]) * 1e6
+
+        for workload, clients, what in ROWS:
+            z = per_op(find("zookeeper", workload, clients), find("zookeeper", workload, clients, cpu=True))
+            w = per_op(find("warden", workload, clients), find("warden", workload, clients, cpu=True))
+            show = lambda v: "not measured" if v is None else f"{v:.0f} µs"
+            r = f"{w / z:.2f}" if z and w else "–"
+            out.append(f"| {what} ({clients}) | {show(z)} | {show(w)} | {r} |")
+        out.append("")
     out.append("Warden's native port, `wardenctl bench` (its own client and recipes, same machine, "
                "same seconds), next to the same workload through Warden's ZooKeeper port:")
     out.append("")
