@@ -204,6 +204,19 @@ impl Conn {
     }
 }
 
+/// After a failed dial: drops what queued up meanwhile (raft resends what
+/// matters, and stale heartbeats only confuse), waits `backoff` and
+/// doubles it up to its cap; false if the link was stopped meanwhile.
+async fn back_off(link: &Link, stop: &CancellationToken, backoff: &mut Duration) -> bool {
+    link.drop_queued();
+    tokio::select! {
+        _ = stop.cancelled() => return false,
+        _ = tokio::time::sleep(*backoff) => {}
+    }
+    *backoff = (*backoff * 2).min(BACKOFF_MAX);
+    true
+}
+
 /// The task of one peer's link: connects, writes what the core could not,
 /// reconnects after a failure.
 pub(super) async fn run(addr: String, link: Arc<Link>, stop: CancellationToken, links: PeerLinks) {
@@ -230,14 +243,9 @@ pub(super) async fn run(addr: String, link: Arc<Link>, stop: CancellationToken, 
                     debug!(error = %e, "peer unreachable");
                 }
                 was_connected = false;
-                // Drop what queued up meanwhile: raft resends what matters,
-                // and stale heartbeats only confuse.
-                link.drop_queued();
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(backoff) => {}
+                if !back_off(&link, &stop, &mut backoff).await {
+                    return;
                 }
-                backoff = (backoff * 2).min(BACKOFF_MAX);
                 continue;
             }
         };
@@ -249,12 +257,9 @@ pub(super) async fn run(addr: String, link: Arc<Link>, stop: CancellationToken, 
                     (Conn::Tls(write), Watch::Tls(read))
                 }
                 None => {
-                    link.drop_queued();
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(backoff) => {}
+                    if !back_off(&link, &stop, &mut backoff).await {
+                        return;
                     }
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
                     continue;
                 }
             },
