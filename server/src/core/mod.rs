@@ -304,7 +304,7 @@ pub struct Core {
 
 impl Core {
     /// Opens the storage, restores the latest snapshot and starts the node.
-    /// `runtime` runs the peer connections.
+    /// `runtime` runs the peer connections (the core's own, in the server).
     pub fn open(
         cfg: Config,
         client_addr: SocketAddr,

@@ -144,7 +144,8 @@ pub struct SnapshotSent {
 }
 
 impl Transport {
-    /// `runtime` runs the peer tasks (not the core's own runtime).
+    /// `runtime` runs the peer links and snapshot transfers: the core's own
+    /// runtime in the server, so the core and its links share a thread.
     pub fn new(me: u64, runtime: Handle, links: PeerLinks) -> Self {
         Self {
             me,
