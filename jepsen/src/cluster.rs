@@ -67,6 +67,10 @@ pub struct Node {
     pub peer_proxy: SocketAddr,
     /// What HTTP clients connect to (a client link, like `client_proxy`).
     pub http_proxy: SocketAddr,
+    /// The node's ZooKeeper-compatible port, and what ZooKeeper clients
+    /// connect to (a client link).
+    pub zk_port: u16,
+    pub zk_proxy: SocketAddr,
     child: Option<Child>,
     paused: bool,
     /// Started with `--join` (re-added by the membership nemesis); every
@@ -108,12 +112,13 @@ impl Cluster {
         std::fs::create_dir_all(&opts.dir)?;
         let net = Net::new();
         let mut nodes = Vec::new();
-        let ports = free_ports(opts.nodes * 3);
+        let ports = free_ports(opts.nodes * 4);
         for i in 0..opts.nodes {
             let id = i as u64 + 1;
-            let client_port = ports[3 * i];
-            let peer_port = ports[3 * i + 1];
-            let http_port = ports[3 * i + 2];
+            let client_port = ports[4 * i];
+            let peer_port = ports[4 * i + 1];
+            let http_port = ports[4 * i + 2];
+            let zk_port = ports[4 * i + 3];
             let any: SocketAddr = "127.0.0.1:0".parse().expect("literal address");
             let client_proxy = net
                 .listen(id, false, ([127, 0, 0, 1], client_port).into(), any)
@@ -123,6 +128,9 @@ impl Cluster {
                 .await?;
             let http_proxy = net
                 .listen(id, false, ([127, 0, 0, 1], http_port).into(), any)
+                .await?;
+            let zk_proxy = net
+                .listen(id, false, ([127, 0, 0, 1], zk_port).into(), any)
                 .await?;
             nodes.push(Node {
                 id,
@@ -134,6 +142,8 @@ impl Cluster {
                 client_proxy,
                 peer_proxy,
                 http_proxy,
+                zk_port,
+                zk_proxy,
                 child: None,
                 paused: false,
                 joined: false,
@@ -192,6 +202,11 @@ impl Cluster {
             .collect()
     }
 
+    /// ZooKeeper-port addresses (through the proxies), node 1 first.
+    pub fn zk_addrs(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.zk_proxy.to_string()).collect()
+    }
+
     /// `--peers` for every node: the peer proxies.
     fn peers_flag(&self) -> String {
         self.nodes
@@ -239,7 +254,7 @@ impl Cluster {
             .arg("--peer-listen")
             .arg(format!("127.0.0.1:{}", node.peer_port))
             .arg("--zk-listen")
-            .arg("off")
+            .arg(format!("127.0.0.1:{}", node.zk_port))
             .arg("--http-listen")
             .arg(format!("127.0.0.1:{}", node.http_port))
             .arg("--peers")

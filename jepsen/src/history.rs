@@ -201,6 +201,17 @@ impl History {
         e
     }
 
+    /// Whether an `f` operation has completed (any outcome), e.g. the
+    /// nemesis's final `heal-all`.
+    pub fn completed(&self, f: &str) -> bool {
+        self.inner
+            .lock()
+            .expect("history lock")
+            .iter()
+            .rev()
+            .any(|e| e.kind != Kind::Invoke && e.f == f)
+    }
+
     /// Every event so far.
     pub fn events(&self) -> Vec<Event> {
         self.inner.lock().expect("history lock").clone()
@@ -384,6 +395,8 @@ pub const FAULTS: &[(&str, &str, &str)] = &[
     ("restart-all", "stop-all", "start-all"),
     ("clock", "clock-jump", "clock-reset"),
     ("lose-unsynced", "lose-unsynced", "rejoin"),
+    ("one-way-cut", "one-way-cut", "one-way-heal"),
+    ("one-way-kill", "one-way-kill", "one-way-restart"),
 ];
 
 /// The periods during which nemesis faults were in force, from the start

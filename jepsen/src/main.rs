@@ -95,7 +95,9 @@ struct TestArgs {
     #[arg(long, value_parser = parse_workload)]
     workload: Workload,
     /// Faults, comma-separated: kill, pause, partition, client-partition,
-    /// membership, restart-all, corrupt, clock, lose-unsynced (or none);
+    /// membership, restart-all, corrupt, clock, lose-unsynced, one-way-cut
+    /// (the clients' server hears no member), one-way-kill (that cut, then
+    /// the leader killed) (or none);
     /// with --workload election also kill-client and pause-client (the
     /// leading candidate's process killed, or stopped past its session).
     #[arg(long, default_value = "kill,partition")]
@@ -136,8 +138,10 @@ struct TestArgs {
     /// Use the lock workload's deliberately unsafe client (must be caught).
     #[arg(long)]
     unsafe_client: bool,
-    /// Give the lock-set workload a resource that does not fence (must be
-    /// caught).
+    /// Give the lock-set or lease workload a resource that does not fence:
+    /// lock-set must then be judged invalid (a zombie's write loses an
+    /// update); lease judges the order of the tokens it accepted (writes
+    /// made past the writer's lease are notes).
     #[arg(long)]
     unsafe_resource: bool,
     #[command(flatten)]
@@ -192,8 +196,8 @@ fn test_opts(args: TestArgs) -> Result<TestOpts, String> {
     if args.concurrency == 0 {
         return Err("--concurrency must be at least 1".into());
     }
-    if args.unsafe_resource && args.workload != Workload::LockSet {
-        return Err("--unsafe-resource is for --workload lock-set only".into());
+    if args.unsafe_resource && !matches!(args.workload, Workload::LockSet | Workload::Lease) {
+        return Err("--unsafe-resource is for --workload lock-set or lease only".into());
     }
     let (faults, client_faults) = nemesis::parse_nemesis(&args.nemesis)?;
     if let Some(f) = client_faults.first() {

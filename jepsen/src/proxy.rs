@@ -58,6 +58,9 @@ struct Inner {
     generation: watch::Sender<u64>,
     /// Process id → node id, for telling which node opened a connection.
     pids: Mutex<HashMap<u32, u64>>,
+    /// Open client connections (any port) per node, for telling where a
+    /// workload's sessions sit.
+    clients: Mutex<HashMap<u64, usize>>,
     stop: CancellationToken,
 }
 
@@ -74,6 +77,7 @@ impl Net {
                 faults: Mutex::new(HashMap::new()),
                 generation: watch::channel(0).0,
                 pids: Mutex::new(HashMap::new()),
+                clients: Mutex::new(HashMap::new()),
                 stop: CancellationToken::new(),
             }),
         }
@@ -147,6 +151,18 @@ impl Net {
         v
     }
 
+    /// How many client connections are open to each node (through any of
+    /// its proxies, passing bytes).
+    pub fn client_connections(&self) -> std::collections::BTreeMap<u64, usize> {
+        self.inner
+            .clients
+            .lock()
+            .expect("clients lock")
+            .iter()
+            .map(|(k, v)| (*k, *v))
+            .collect()
+    }
+
     /// Starts a proxy to node `to`'s `upstream` port; connections are from
     /// `Endpoint::Client` (`peer == false`) or from the node that opened
     /// them (`peer == true`). Returns the address it listens on.
@@ -217,6 +233,7 @@ impl Net {
             return;
         };
         let _ = outbound.set_nodelay(true);
+        let _counted = (from == Endpoint::Client).then(|| ClientCount::open(&self.inner, to));
         let mut a = vec![0u8; 64 * 1024];
         let mut b = vec![0u8; 64 * 1024];
         loop {
@@ -294,6 +311,33 @@ impl Net {
     /// Stops every proxy and closes every connection.
     pub fn shutdown(&self) {
         self.inner.stop.cancel();
+    }
+}
+
+/// One open client connection to a node, counted while it lives.
+struct ClientCount<'a> {
+    inner: &'a Inner,
+    to: u64,
+}
+
+impl<'a> ClientCount<'a> {
+    fn open(inner: &'a Inner, to: u64) -> Self {
+        *inner
+            .clients
+            .lock()
+            .expect("clients lock")
+            .entry(to)
+            .or_default() += 1;
+        ClientCount { inner, to }
+    }
+}
+
+impl Drop for ClientCount<'_> {
+    fn drop(&mut self) {
+        let mut clients = self.inner.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = clients.get_mut(&self.to) {
+            *n = n.saturating_sub(1);
+        }
     }
 }
 
@@ -405,6 +449,12 @@ mod tests {
 
         net.heal();
         assert_eq!(roundtrip(addr).await.unwrap(), b"ping");
+        // An open client connection is counted for its node.
+        let mut open = TcpStream::connect(addr).await.unwrap();
+        open.write_all(b"ping").await.unwrap();
+        open.read_exact(&mut buf).await.unwrap();
+        assert!(net.client_connections().get(&1).copied().unwrap_or(0) >= 1);
+        drop(open);
         // Faults on other links leave this one alone.
         net.cut(&[1], &[2, 3], Mode::Drop);
         assert_eq!(roundtrip(addr).await.unwrap(), b"ping");

@@ -32,10 +32,11 @@ pub enum Workload {
     Election,
     LockSet,
     SessionOrder,
+    ZkPipeline,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 9] = [
+    pub const ALL: [Workload; 10] = [
         Workload::Lock,
         Workload::Lease,
         Workload::Register,
@@ -45,6 +46,7 @@ impl Workload {
         Workload::Election,
         Workload::LockSet,
         Workload::SessionOrder,
+        Workload::ZkPipeline,
     ];
 
     pub fn name(self) -> &'static str {
@@ -58,6 +60,7 @@ impl Workload {
             Workload::Election => "election",
             Workload::LockSet => "lock-set",
             Workload::SessionOrder => "session-order",
+            Workload::ZkPipeline => "zk-pipeline",
         }
     }
 
@@ -68,7 +71,7 @@ impl Workload {
         match self {
             Workload::Lock if unsafe_client => workloads::lock::run_unsafe(ctx).await,
             Workload::Lock => workloads::lock::run(ctx).await,
-            Workload::Lease => workloads::lease::run(ctx).await,
+            Workload::Lease => workloads::lease::run(ctx, unsafe_client).await,
             Workload::Register => workloads::register::run(ctx).await,
             Workload::Sequential => workloads::sequential::run(ctx).await,
             Workload::Ephemeral => workloads::ephemeral::run(ctx).await,
@@ -77,6 +80,7 @@ impl Workload {
             Workload::LockSet if unsafe_client => workloads::lock_set::run_unsafe(ctx).await,
             Workload::LockSet => workloads::lock_set::run(ctx).await,
             Workload::SessionOrder => workloads::session_order::run(ctx).await,
+            Workload::ZkPipeline => workloads::zk_pipeline::run(ctx).await,
         }
     }
 
@@ -91,6 +95,7 @@ impl Workload {
             Workload::Election => workloads::election::check(events, ctx),
             Workload::LockSet => workloads::lock_set::check(events, ctx),
             Workload::SessionOrder => workloads::session_order::check(events, ctx),
+            Workload::ZkPipeline => workloads::zk_pipeline::check(events, ctx),
         }
     }
 
@@ -105,6 +110,7 @@ impl Workload {
             Workload::Election => workloads::election::planted_anomalies(),
             Workload::LockSet => workloads::lock_set::planted_anomalies(),
             Workload::SessionOrder => workloads::session_order::planted_anomalies(),
+            Workload::ZkPipeline => workloads::zk_pipeline::planted_anomalies(),
         }
     }
 }
@@ -202,7 +208,7 @@ impl TestOpts {
             },
             match (self.unsafe_client, self.workload) {
                 (false, _) => "",
-                (true, Workload::LockSet) => " --unsafe-resource",
+                (true, Workload::LockSet | Workload::Lease) => " --unsafe-resource",
                 (true, _) => " --unsafe-client",
             },
         )
@@ -280,6 +286,7 @@ pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
     .map_err(|e| format!("cannot start the cluster: {e}"))?;
     let servers = cluster.client_addrs();
     let http_servers = cluster.http_addrs();
+    let zk_servers = cluster.zk_addrs();
     let cluster = Arc::new(tokio::sync::Mutex::new(cluster));
 
     let history = History::new();
@@ -287,6 +294,7 @@ pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
     let ctx = RunCtx {
         servers,
         http_servers,
+        zk_servers,
         history: history.clone(),
         seed: opts.seed,
         concurrency: opts.concurrency,

@@ -26,6 +26,9 @@ pub struct RunCtx {
     /// HTTP addresses of the nodes (`--http-listen`, through the
     /// harness's proxies), node 1 first.
     pub http_servers: Vec<String>,
+    /// ZooKeeper-port addresses of the nodes (`--zk-listen`, through the
+    /// harness's proxies), node 1 first.
+    pub zk_servers: Vec<String>,
     pub history: History,
     /// The run's seed; derive every random choice from it.
     pub seed: u64,

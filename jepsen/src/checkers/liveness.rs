@@ -1,5 +1,7 @@
 //! Liveness of a lock (a grant in every long enough stretch without
-//! faults) and of an election (a leader in every such stretch).
+//! faults), of an election (a leader in every such stretch), and of a
+//! lease's expiry (a lease whose holder is gone lapses within its TTL and
+//! one election, however often the leadership changes).
 
 /// A stretch of healthy time (no fault in force) at least as long as the
 /// liveness bound in which the lock was never granted: `[start, end)`, run
@@ -108,9 +110,138 @@ pub fn healthy_stretches(faults: &[(u64, Option<u64>)], from: u64, to: u64) -> V
     healthy
 }
 
+/// When a lease whose holder last confirmed it at `confirmed_ns` (the
+/// completion of its last successful acquire or renewal: the server stamped
+/// it no later) and then went silent must be gone: its TTL plus `bound_ns`
+/// (one election, the expiry check and the removal's commit) after it, and
+/// after every fault boundary (`boundaries`: each fault's start and end,
+/// any order) that falls before that point. A server measures TTLs on the
+/// leader's monotonic clock, so a new leader re-arms every lease with its
+/// full TTL: a leader change may extend a lease by a TTL and an election,
+/// and any fault boundary may bring one.
+pub fn lease_free_by(confirmed_ns: u64, ttl_ns: u64, bound_ns: u64, boundaries: &[u64]) -> u64 {
+    let mut boundaries: Vec<u64> = boundaries.to_vec();
+    boundaries.sort_unstable();
+    let mut free_by = confirmed_ns.saturating_add(ttl_ns).saturating_add(bound_ns);
+    for b in boundaries {
+        if b < confirmed_ns {
+            continue;
+        }
+        if b >= free_by {
+            break;
+        }
+        free_by = free_by.max(b.saturating_add(ttl_ns).saturating_add(bound_ns));
+    }
+    free_by
+}
+
+/// Where a lease outlived its holder: stretches of at least `grace_ns`
+/// inside a refused wait (`waits`: `[invoked, refused]` of acquires the
+/// server answered "not granted within your wait") that begin where the
+/// claim of a holder gone silent ran out and that no other claim or fault
+/// covers. `claims`: `(from, to, silent)` during which someone may hold the
+/// lease by right: a grant from its answer to its release (`silent`
+/// false), or to [`lease_free_by`] of its last confirmation when it never
+/// released (`silent` true; an acquire whose answer was lost likewise);
+/// `faults`: periods in force (`None`: to the end), which excuse anything.
+/// A stretch after a release is a matter for the liveness check, not this
+/// one. Overlapping findings merge.
+pub fn lease_outlived(
+    claims: &[(u64, u64, bool)],
+    faults: &[(u64, Option<u64>)],
+    waits: &[(u64, u64)],
+    grace_ns: u64,
+) -> Vec<GrantlessWindow> {
+    // Covered time, merged; each stretch's end remembers whether a silent
+    // holder's claim is what ran out there.
+    let mut covered: Vec<(u64, u64, bool)> = claims
+        .iter()
+        .copied()
+        .chain(
+            faults
+                .iter()
+                .map(|&(start, end)| (start, end.unwrap_or(u64::MAX), false)),
+        )
+        .filter(|&(from, to, _)| to > from)
+        .collect();
+    covered.sort_unstable_by_key(|&(from, to, silent)| (from, to, !silent));
+    let mut merged: Vec<(u64, u64, bool)> = Vec::new();
+    for (from, to, silent) in covered {
+        match merged.last_mut() {
+            Some(m) if from <= m.1 => {
+                if to > m.1 {
+                    *m = (m.0, to, silent);
+                } else if to == m.1 {
+                    m.2 &= silent;
+                }
+            }
+            _ => merged.push((from, to, silent)),
+        }
+    }
+    let gaps: Vec<(u64, u64)> = merged
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.2)
+        .map(|(k, m)| (m.1, merged.get(k + 1).map_or(u64::MAX, |n| n.0)))
+        .collect();
+    let mut found: Vec<(u64, u64)> = Vec::new();
+    for &(s, e) in waits {
+        for &(a, b) in &gaps {
+            let (from, to) = (s.max(a), e.min(b));
+            if to > from && to - from >= grace_ns {
+                found.push((from, to));
+            }
+        }
+    }
+    found.sort_unstable();
+    let mut out: Vec<GrantlessWindow> = Vec::new();
+    for (start, end) in found {
+        match out.last_mut() {
+            Some(w) if start <= w.end => w.end = w.end.max(end),
+            _ => out.push(GrantlessWindow { start, end }),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gone_holders_lease_must_lapse_within_its_ttl_and_an_election() {
+        let s = 1_000_000_000;
+        // Confirmed at 1 s, TTL 3 s, bound 5 s: gone by 9 s.
+        assert_eq!(lease_free_by(s, 3 * s, 5 * s, &[]), 9 * s);
+        // A fault boundary before then (a leader killed at 6 s) restarts
+        // the count: 6 + 3 + 5; one after it, or before the confirmation,
+        // changes nothing.
+        assert_eq!(lease_free_by(s, 3 * s, 5 * s, &[6 * s, 20 * s, 0]), 14 * s);
+        // A chain of boundaries, each before the last bound.
+        assert_eq!(lease_free_by(s, 3 * s, 5 * s, &[12 * s, 6 * s]), 20 * s);
+
+        // A waiter refused from 2 s to 15 s: the claim ends at 9 s, so
+        // 9-15 s outlived it.
+        let claims = [(0, 9 * s, true), (15 * s, 16 * s, false)];
+        let waits = [(2 * s, 15 * s), (10 * s, 13 * s)];
+        assert_eq!(
+            lease_outlived(&claims, &[], &waits, s),
+            vec![GrantlessWindow {
+                start: 9 * s,
+                end: 15 * s
+            }]
+        );
+        // A fault in force over it excuses it; a short stretch is within
+        // the grace.
+        assert!(lease_outlived(&claims, &[(8 * s, Some(16 * s))], &waits, s).is_empty());
+        assert!(lease_outlived(&[(0, 14_500_000_000, true)], &[], &waits, s).is_empty());
+        // After a release, a refusal is the liveness check's business.
+        let released = [(0, 9 * s, false), (15 * s, 16 * s, false)];
+        assert!(lease_outlived(&released, &[], &waits, s).is_empty());
+        // A silent claim that another claim outlasts is no finding.
+        let outlasted = [(0, 9 * s, true), (5 * s, 15 * s, false)];
+        assert!(lease_outlived(&outlasted, &[], &waits, s).is_empty());
+    }
 
     #[test]
     fn liveness_wants_a_grant_in_every_long_healthy_stretch() {

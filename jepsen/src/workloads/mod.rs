@@ -12,3 +12,4 @@ pub mod sequential;
 pub mod session_order;
 mod support;
 pub mod watch;
+pub mod zk_pipeline;

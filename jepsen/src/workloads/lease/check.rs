@@ -16,9 +16,25 @@ pub fn liveness_bound(ttl: Duration) -> Duration {
     ttl * 2 + WAIT + LIVENESS_SLACK
 }
 
+/// How long past its TTL a lease whose holder went silent may outlive its
+/// last confirmation (and every fault boundary before that point; see
+/// [`lease_free_by`]): one election (a few hundred milliseconds of ticks,
+/// seconds on a loaded two-core machine), the leader's expiry check every
+/// few ticks, and the commit of the removal.
+pub const EXPIRY_BOUND: Duration = Duration::from_secs(5);
+/// How long a refused waiter may go unserved past every claim on the lease
+/// before that counts (`lease-outlived-ttl`): the time its request and the
+/// refusal spent in transit.
+const OUTLIVED_GRACE: Duration = Duration::from_secs(1);
+
 /// A grant rebuilt from the history, with the operations that show it.
 struct GrantOps {
     grant: LeaseGrant,
+    /// Completion of its last successful acquire or renewal: the server
+    /// stamped the lease no later.
+    confirmed_done_ns: u64,
+    /// Completion of a successful release.
+    released_ok_ns: Option<u64>,
     /// Invocations of the acquires that answered it.
     acquires: Vec<u64>,
     release: Option<u64>,
@@ -80,11 +96,18 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
                         // The same grant answered again (a retry).
                         grants[g].grant.confirmed_ns.push(op.invoke.time);
                         grants[g].acquires.push(op.invoke.index);
+                        grants[g].confirmed_done_ns = grants[g].confirmed_done_ns.max(done.time);
                         continue;
                     }
                     let release = list
                         .iter()
                         .find(|o| o.invoke.f == "release" && o.invoke.time >= done.time);
+                    let released_ok_ns = list
+                        .iter()
+                        .filter(|o| o.invoke.f == "release" && token_of(o) == Some(token))
+                        .filter_map(|o| o.complete.as_ref().filter(|c| c.kind == Kind::Ok))
+                        .map(|c| c.time)
+                        .min();
                     let after_lost_answer = acquires
                         .iter()
                         .any(|o| o.invoke.time < op.invoke.time && o.outcome() == Kind::Info);
@@ -99,6 +122,8 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
                             confirmed_ns: vec![op.invoke.time],
                             ttl_ns: ttl_ms.saturating_mul(1_000_000),
                         },
+                        confirmed_done_ns: done.time,
+                        released_ok_ns,
                         acquires: vec![op.invoke.index],
                         release: release.map(|o| o.invoke.index),
                         node: done.value.get("node").and_then(Value::as_u64),
@@ -108,9 +133,24 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
                 "renew" => {
                     if let Some(&g) = mine.get(&token) {
                         grants[g].grant.confirmed_ns.push(op.invoke.time);
+                        grants[g].confirmed_done_ns = grants[g].confirmed_done_ns.max(done.time);
                     }
                 }
                 _ => {}
+            }
+        }
+    }
+
+    // A renewal whose answer was lost may have stamped the lease, as late
+    // as that answer was given up on.
+    for g in grants.iter_mut() {
+        for op in &by_client[g.grant.client_id.as_str()] {
+            if op.invoke.f == "renew"
+                && op.outcome() == Kind::Info
+                && token_of(op) == Some(g.grant.token)
+            {
+                let at = op.complete.as_ref().map(|c| c.time).unwrap_or(end);
+                g.confirmed_done_ns = g.confirmed_done_ns.max(at);
             }
         }
     }
@@ -119,6 +159,42 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
     let fence_tokens: Vec<u64> = accepted.iter().map(|&(_, t, _)| t).collect();
 
     let plain: Vec<LeaseGrant> = grants.iter().map(|g| g.grant.clone()).collect();
+    // A write is late when it came after its holder's release or a TTL
+    // after the holder's last successful acquire or renewal sent before
+    // it: the server may then have given the lease to another.
+    let by_grant: BTreeMap<(&str, u64), usize> = grants
+        .iter()
+        .enumerate()
+        .map(|(i, g)| ((g.grant.client_id.as_str(), g.grant.token), i))
+        .collect();
+    let writes: BTreeMap<u64, &Op> = ops
+        .iter()
+        .filter(|o| o.invoke.f == "write")
+        .map(|o| (o.invoke.index, o))
+        .collect();
+    let late_write = |index: u64| -> bool {
+        let Some(w) = writes.get(&index) else {
+            return false;
+        };
+        let (Some(client), Some(token)) = (client_id_of(w), token_of(w)) else {
+            return false;
+        };
+        let Some(&g) = by_grant.get(&(client, token)) else {
+            // A token no acquire of this client id answered: not its lease.
+            return true;
+        };
+        let g = &grants[g];
+        let at = w.invoke.time;
+        let released = g.release.is_some() && at >= g.grant.released_ns;
+        let confirmed = g
+            .grant
+            .confirmed_ns
+            .iter()
+            .copied()
+            .filter(|&c| c <= at)
+            .max();
+        released || confirmed.is_none_or(|c| at >= c.saturating_add(g.grant.ttl_ns))
+    };
     let ops_of = |i: usize| -> Vec<u64> {
         grants[i]
             .acquires
@@ -213,19 +289,40 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
                 accepted_before,
                 accepted_now,
                 position,
-            } => anomalies.push(Anomaly {
-                kind: "fence-went-back".into(),
-                message: format!(
-                    "the fenced resource accepted token {accepted_now} after accepting {accepted_before}"
-                ),
-                ops: accepted
+            } => {
+                let ops: Vec<u64> = accepted
                     .iter()
                     .take(position + 1)
                     .filter(|&&(_, t, _)| t == accepted_before || t == accepted_now)
                     .map(|&(_, _, index)| index)
-                    .collect(),
-                detail: json!({ "accepted_before": accepted_before, "accepted_now": accepted_now }),
-            }),
+                    .collect();
+                let detail =
+                    json!({ "accepted_before": accepted_before, "accepted_now": accepted_now });
+                if late_write(accepted[position].2) {
+                    // Past the writer's lease: the server may have granted
+                    // the lease again, and only a fence stops this write
+                    // (with --unsafe-resource there is none).
+                    notes.push(Anomaly {
+                        kind: "late-write-accepted".into(),
+                        message: format!(
+                            "the resource accepted token {accepted_now}, written past its \
+                             holder's lease, after accepting {accepted_before}"
+                        ),
+                        ops,
+                        detail,
+                    });
+                } else {
+                    anomalies.push(Anomaly {
+                        kind: "fence-went-back".into(),
+                        message: format!(
+                            "the resource accepted token {accepted_now}, written within its \
+                             holder's lease, after accepting {accepted_before}"
+                        ),
+                        ops,
+                        detail,
+                    });
+                }
+            }
         }
     }
 
@@ -245,6 +342,92 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
         &acquires,
         "with a majority of nodes up and connected",
     ));
+
+    // A lease whose holder went silent lapses within its TTL and one
+    // election, leader changes counted (see `lease_free_by`): a waiter the
+    // server refused after every claim on the lease had run out shows it
+    // did not.
+    let periods: Vec<crate::history::FaultPeriod> = ctx
+        .faults
+        .iter()
+        .cloned()
+        .chain(crate::history::fault_periods(events))
+        .collect();
+    let boundaries: Vec<u64> = periods
+        .iter()
+        .flat_map(|f| std::iter::once(f.start).chain(f.end))
+        .collect();
+    let in_force: Vec<(u64, Option<u64>)> = periods.iter().map(|f| (f.start, f.end)).collect();
+    let bound_ns = EXPIRY_BOUND.as_nanos() as u64;
+    let mut claims: Vec<(u64, u64, bool)> = grants
+        .iter()
+        .map(|g| {
+            let silent = g.released_ok_ns.is_none();
+            let to = g.released_ok_ns.unwrap_or_else(|| {
+                lease_free_by(g.confirmed_done_ns, g.grant.ttl_ns, bound_ns, &boundaries)
+            });
+            // From its answer, or, if an earlier attempt of its client id
+            // was lost (and may have been the one granted), from that.
+            let from = if g.after_lost_answer {
+                g.grant.earliest_ns
+            } else {
+                g.grant.granted_ns
+            };
+            (from, to, silent)
+        })
+        .collect();
+    // An acquire whose answer was lost and that no later answer of its
+    // client id settled may have been granted, to nobody who knew.
+    for (&client_id, list) in &by_client {
+        if grants.iter().any(|g| g.grant.client_id == client_id) {
+            continue;
+        }
+        for op in list.iter().filter(|o| o.invoke.f == "acquire") {
+            if op.outcome() == Kind::Info {
+                let ttl_ns = op.invoke.value["ttl_ms"].as_u64().unwrap_or(0) * 1_000_000;
+                let done = op.complete.as_ref().map(|c| c.time).unwrap_or(end);
+                claims.push((
+                    op.invoke.time,
+                    lease_free_by(done, ttl_ns, bound_ns, &boundaries),
+                    true,
+                ));
+            }
+        }
+    }
+    let refused: Vec<&Op> = ops
+        .iter()
+        .filter(|o| {
+            o.invoke.f == "acquire"
+                && o.outcome() == Kind::Fail
+                && o.value().get("status").and_then(Value::as_u64) == Some(409)
+        })
+        .collect();
+    let waits: Vec<(u64, u64)> = refused
+        .iter()
+        .filter_map(|o| Some((o.invoke.time, o.completed_at()?)))
+        .collect();
+    for w in lease_outlived(&claims, &in_force, &waits, OUTLIVED_GRACE.as_nanos() as u64) {
+        let waiting: Vec<u64> = refused
+            .iter()
+            .filter(|o| o.invoke.time < w.end && o.completed_at().unwrap_or(end) > w.start)
+            .map(|o| o.invoke.index)
+            .collect();
+        anomalies.push(Anomaly {
+            kind: "lease-outlived-ttl".into(),
+            message: format!(
+                "from {:.3} s to {:.3} s the lease outlived a holder gone silent (its last \
+                 confirmation, TTL and {} s, also past every fault since, were over; nobody \
+                 else had a claim), no fault was in force, and the server refused {} waiting \
+                 acquire(s)",
+                w.start as f64 / 1e9,
+                w.end as f64 / 1e9,
+                EXPIRY_BOUND.as_secs(),
+                waiting.len()
+            ),
+            ops: waiting,
+            detail: json!({ "start_ns": w.start, "end_ns": w.end }),
+        });
+    }
 
     let count = |f: &str, kind: Kind| count_ops(&ops, f, kind);
     let outcomes = |f: &str| outcome_counts(&ops, f);
@@ -285,441 +468,7 @@ pub fn check(events: &[Event], ctx: &CheckCtx) -> CheckResult {
         "anomalies_by_kind": anomaly_counts,
         "notes_by_kind": note_counts,
         "liveness_bound_ms": bound.as_millis() as u64,
+        "expiry_bound_ms": EXPIRY_BOUND.as_millis() as u64,
     });
     CheckResult::from_anomalies(anomalies, notes, stats)
-}
-
-// ---------------------------------------------------------------- planted
-
-/// Histories of this workload each with one planted anomaly, named; the
-/// selftest checks that `check` calls every one invalid.
-pub fn planted_anomalies() -> Vec<(&'static str, Vec<Event>)> {
-    vec![
-        (
-            "overlapping holds, the first lease live",
-            // b is granted at 101 ms while a, granted at 1 ms with a 3 s
-            // TTL, holds it until 400 ms.
-            Plant::new()
-                .round("a", 0, 10, 1, 400)
-                .round("b", 100, 12, 2, 500)
-                .events(),
-        ),
-        (
-            "overlap a renewal kept live",
-            // a is granted at 1 ms, renews at 2.5 s and holds to 5 s; b is
-            // granted at 3.2 s: a TTL after a's acquire, not after its
-            // renewal.
-            Plant::new()
-                .acquire_ok("a", 0, 10)
-                .renew("a", 2_500, 10, Kind::Ok)
-                .release("a", 5_000, 10, Kind::Ok)
-                .acquire_ok("b", 3_200, 12)
-                .release("b", 5_100, 12, Kind::Ok)
-                .events(),
-        ),
-        (
-            "duplicate token",
-            Plant::new()
-                .round("a", 0, 10, 1, 50)
-                .round("b", 100, 10, 2, 150)
-                .events(),
-        ),
-        (
-            "token order broken between grants that are not adjacent",
-            // a knows its grant at 101 ms; c asks at 200 ms, so c's grant
-            // came after a's, yet its token is lower. b asked at 0 and
-            // learned of its grant only at 400 ms: a-b and b-c are
-            // unordered, and no adjacent pair in grant order is ordered.
-            Plant::new()
-                .acquire_ok_at("b", 0, 400, 60)
-                .release("b", 450, 60, Kind::Ok)
-                .acquire_ok_at("a", 100, 101, 50)
-                .release("a", 150, 50, Kind::Ok)
-                .acquire_ok_at("c", 200, 250, 40)
-                .release("c", 300, 40, Kind::Ok)
-                .events(),
-        ),
-        (
-            "token going back at the fence",
-            // A zombie write of a's, accepted after b's.
-            Plant::new()
-                .round("a", 0, 10, 1, 50)
-                .round("b", 100, 12, 2, 150)
-                .write("a", 200, 10, 3)
-                .events(),
-        ),
-        ("no grant in a long healthy window", {
-            // One grant, then ten minutes of refusals with no fault.
-            let mut p = Plant::new();
-            p.round("a", 0, 10, 1, 50);
-            for k in 1..=20u64 {
-                p.refused(&format!("w{k}"), k * 30_000);
-            }
-            p.events()
-        }),
-    ]
-}
-
-/// Builds small lease histories by hand (times in milliseconds; TTL 3 s).
-#[derive(Default)]
-struct Plant {
-    /// (time, order recorded, event).
-    events: Vec<(u64, usize, Event)>,
-    /// A process per client id.
-    processes: BTreeMap<String, u64>,
-}
-
-const MS: u64 = 1_000_000;
-const PLANTED_TTL_MS: u64 = 3_000;
-
-impl Plant {
-    fn new() -> Plant {
-        Plant::default()
-    }
-
-    fn process(&mut self, client_id: &str) -> u64 {
-        let next = self.processes.len() as u64;
-        *self.processes.entry(client_id.to_string()).or_insert(next)
-    }
-
-    fn push(&mut self, process: u64, kind: Kind, f: &str, value: Value, at_ms: u64) {
-        let time = at_ms * MS;
-        let order = self.events.len();
-        self.events.push((
-            time,
-            order,
-            Event {
-                index: 0,
-                process: Process::Client(process),
-                kind,
-                f: f.to_string(),
-                value,
-                time,
-                mono_ns: time,
-                wall_ns: 0,
-                error: (kind != Kind::Ok && kind != Kind::Invoke).then(|| "planted".to_string()),
-            },
-        ));
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn op(
-        &mut self,
-        client_id: &str,
-        f: &str,
-        invoke: Value,
-        at_ms: u64,
-        kind: Kind,
-        done: Value,
-        done_ms: u64,
-    ) -> &mut Plant {
-        let p = self.process(client_id);
-        self.push(p, Kind::Invoke, f, invoke, at_ms);
-        self.push(p, kind, f, done, done_ms);
-        self
-    }
-
-    fn acquire_invoke(client_id: &str) -> Value {
-        json!({
-            "lock": LEASE_NAME, "client_id": client_id, "node": 1,
-            "ttl_ms": PLANTED_TTL_MS, "wait_timeout_ms": 3000,
-        })
-    }
-
-    /// An acquire invoked at `at_ms` and granted `token` 1 ms later.
-    fn acquire_ok(&mut self, client_id: &str, at_ms: u64, token: u64) -> &mut Plant {
-        self.acquire_ok_at(client_id, at_ms, at_ms + 1, token)
-    }
-
-    /// An acquire invoked at `at_ms`, answered `token` at `done_ms`.
-    fn acquire_ok_at(
-        &mut self,
-        client_id: &str,
-        at_ms: u64,
-        done_ms: u64,
-        token: u64,
-    ) -> &mut Plant {
-        self.op(
-            client_id,
-            "acquire",
-            Plant::acquire_invoke(client_id),
-            at_ms,
-            Kind::Ok,
-            json!({ "client_id": client_id, "node": 1, "token": token }),
-            done_ms,
-        )
-    }
-
-    /// An acquire whose answer was lost (`info` at `done_ms`).
-    #[cfg(test)]
-    fn acquire_lost(&mut self, client_id: &str, at_ms: u64, done_ms: u64) -> &mut Plant {
-        self.op(
-            client_id,
-            "acquire",
-            Plant::acquire_invoke(client_id),
-            at_ms,
-            Kind::Info,
-            json!({ "client_id": client_id, "node": 1 }),
-            done_ms,
-        )
-    }
-
-    /// An acquire not granted within its 3 s wait (a 409).
-    fn refused(&mut self, client_id: &str, at_ms: u64) -> &mut Plant {
-        self.op(
-            client_id,
-            "acquire",
-            Plant::acquire_invoke(client_id),
-            at_ms,
-            Kind::Fail,
-            json!({ "client_id": client_id, "node": 1, "status": 409, "acquired": false }),
-            at_ms + 3_000,
-        )
-    }
-
-    fn renew(&mut self, client_id: &str, at_ms: u64, token: u64, kind: Kind) -> &mut Plant {
-        let v = json!({ "client_id": client_id, "token": token, "node": 1 });
-        self.op(client_id, "renew", v.clone(), at_ms, kind, v, at_ms + 1)
-    }
-
-    fn release(&mut self, client_id: &str, at_ms: u64, token: u64, kind: Kind) -> &mut Plant {
-        let v = json!({ "client_id": client_id, "token": token, "node": 1 });
-        self.op(client_id, "release", v.clone(), at_ms, kind, v, at_ms + 1)
-    }
-
-    /// A write through the fence: accepted as its `seq`th, or refused
-    /// (`seq` 0).
-    fn write(&mut self, client_id: &str, at_ms: u64, token: u64, seq: u64) -> &mut Plant {
-        let invoke = json!({ "client_id": client_id, "token": token });
-        let (kind, done) = if seq == 0 {
-            (
-                Kind::Fail,
-                json!({ "client_id": client_id, "token": token, "accepted": false }),
-            )
-        } else {
-            (
-                Kind::Ok,
-                json!({ "client_id": client_id, "token": token, "accepted": true, "seq": seq }),
-            )
-        };
-        self.op(client_id, "write", invoke, at_ms, kind, done, at_ms)
-    }
-
-    /// Granted `token` at `from_ms` (asked 1 ms before), one write (fence
-    /// sequence `seq`), released at `to_ms`.
-    fn round(
-        &mut self,
-        client_id: &str,
-        from_ms: u64,
-        token: u64,
-        seq: u64,
-        to_ms: u64,
-    ) -> &mut Plant {
-        self.acquire_ok(client_id, from_ms, token)
-            .write(client_id, from_ms + 2, token, seq)
-            .release(client_id, to_ms, token, Kind::Ok)
-    }
-
-    /// The events in time order (invocations before completions at the same
-    /// time, as recorded), numbered.
-    fn events(&self) -> Vec<Event> {
-        let mut sorted = self.events.clone();
-        sorted.sort_by_key(|(time, order, _)| (*time, *order));
-        sorted
-            .into_iter()
-            .enumerate()
-            .map(|(i, (_, _, mut e))| {
-                e.index = i as u64;
-                e
-            })
-            .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::workload::Validity;
-    use crate::workloads::support::{assert_every_planted_invalid, planted_ctx};
-
-    #[test]
-    fn every_planted_anomaly_is_invalid() {
-        assert_every_planted_invalid(planted_anomalies(), check);
-    }
-
-    #[test]
-    fn planted_anomalies_are_of_the_right_kind() {
-        let kinds: Vec<String> = planted_anomalies()
-            .into_iter()
-            .map(|(_, events)| {
-                check(&events, &planted_ctx(&events)).anomalies[0]
-                    .kind
-                    .clone()
-            })
-            .collect();
-        assert_eq!(
-            kinds,
-            [
-                "overlap",
-                "overlap",
-                "duplicate-token",
-                "token-order",
-                "fence-went-back",
-                "no-grant-while-healthy"
-            ]
-        );
-    }
-
-    #[test]
-    fn a_clean_history_is_valid() {
-        let events = Plant::new()
-            .round("a", 0, 10, 1, 10)
-            .refused("b", 5)
-            .round("c", 20, 12, 2, 30)
-            .acquire_ok("d", 40, 15)
-            .write("d", 42, 15, 3)
-            .renew("d", 45, 15, Kind::Ok)
-            .write("d", 47, 15, 4)
-            .release("d", 50, 15, Kind::Ok)
-            .events();
-        let result = check(&events, &planted_ctx(&events));
-        assert_eq!(result.valid, Validity::Valid, "{result:?}");
-        assert!(result.notes.is_empty());
-        assert_eq!(result.stats["grants"], 3);
-        assert_eq!(result.stats["acquire"]["fail"], 1);
-        assert_eq!(result.stats["renew"]["ok"], 1);
-        assert_eq!(result.stats["write"]["accepted"], 4);
-    }
-
-    #[test]
-    fn a_zombie_past_its_ttl_is_a_note_and_its_late_write_refused() {
-        // a is granted at 1 ms and stalls; its lease lapses, b is granted
-        // at 3.5 s and writes; a's late write is refused, its release too.
-        let events = Plant::new()
-            .acquire_ok("a", 0, 10)
-            .write("a", 2, 10, 1)
-            .acquire_ok("b", 3_500, 12)
-            .write("b", 3_502, 12, 2)
-            .write("a", 3_600, 10, 0)
-            .renew("a", 3_610, 10, Kind::Fail)
-            .release("a", 3_700, 10, Kind::Fail)
-            .release("b", 3_800, 12, Kind::Ok)
-            .events();
-        let result = check(&events, &planted_ctx(&events));
-        assert_eq!(result.valid, Validity::Valid, "{result:?}");
-        assert_eq!(result.notes.len(), 1, "{:?}", result.notes);
-        assert_eq!(result.notes[0].kind, "overlap-after-expiry");
-        assert_eq!(result.stats["write"]["refused"], 1);
-    }
-
-    #[test]
-    fn a_retry_after_a_lost_answer_is_the_same_grant() {
-        // a's first acquire is lost (it was granted, token 10); the retry
-        // answers the same grant. Its TTL runs from the retry (which
-        // renewed it), so b's grant 3.1 s after a's first attempt is still
-        // an overlap.
-        let retried = Plant::new()
-            .acquire_lost("a", 0, 1_000)
-            .acquire_ok("a", 1_100, 10)
-            .release("a", 3_400, 10, Kind::Ok)
-            .acquire_ok("b", 3_100, 12)
-            .release("b", 3_500, 12, Kind::Ok)
-            .events();
-        let result = check(&retried, &planted_ctx(&retried));
-        assert_eq!(result.valid, Validity::Invalid, "{result:?}");
-        assert_eq!(result.anomalies[0].kind, "overlap");
-        assert_eq!(result.stats["grants_after_a_lost_answer"], 1);
-
-        // The same grant answered twice is one grant, not a duplicate.
-        let twice = Plant::new()
-            .acquire_ok("a", 0, 10)
-            .acquire_ok("a", 10, 10)
-            .release("a", 20, 10, Kind::Ok)
-            .round("b", 30, 12, 1, 40)
-            .events();
-        let result = check(&twice, &planted_ctx(&twice));
-        assert_eq!(result.valid, Validity::Valid, "{result:?}");
-        assert_eq!(result.stats["grants"], 2);
-        assert_eq!(result.stats["grants_answered_twice"], 1);
-
-        // A token granted to a earlier in the run and to b, whose first
-        // (lost) attempt was before a's grant: unordered, but a duplicate.
-        let dup = Plant::new()
-            .acquire_lost("b", 0, 500)
-            .round("a", 100, 10, 1, 200)
-            .acquire_ok("b", 600, 10)
-            .release("b", 700, 10, Kind::Ok)
-            .events();
-        let result = check(&dup, &planted_ctx(&dup));
-        assert_eq!(result.anomalies.len(), 1, "{result:?}");
-        assert_eq!(result.anomalies[0].kind, "duplicate-token");
-    }
-
-    #[test]
-    fn only_faults_that_lose_the_majority_excuse_a_stall() {
-        let stalled = planted_anomalies().pop().unwrap().1;
-        let with = |value: Value| {
-            let mut events = stalled.clone();
-            for (kind, f, at_ms) in [
-                (Kind::Invoke, "kill", 20u64),
-                (Kind::Ok, "kill", 21),
-                (Kind::Invoke, "restart", 700_000),
-                (Kind::Ok, "restart", 700_001),
-            ] {
-                events.push(Event {
-                    index: events.len() as u64,
-                    process: Process::NEMESIS,
-                    kind,
-                    f: f.into(),
-                    value: if f == "kill" {
-                        value.clone()
-                    } else {
-                        Value::Null
-                    },
-                    time: at_ms * MS,
-                    mono_ns: at_ms * MS,
-                    wall_ns: 0,
-                    error: None,
-                });
-            }
-            events.sort_by_key(|e| e.time);
-            events
-        };
-        let lost = with(json!({"nodes": [1, 2], "majority_kept": false}));
-        assert_eq!(check(&lost, &planted_ctx(&lost)).valid, Validity::Valid);
-        let kept = with(json!({"nodes": [1], "majority_kept": true}));
-        let result = check(&kept, &planted_ctx(&kept));
-        assert_eq!(result.valid, Validity::Invalid);
-        assert_eq!(result.anomalies[0].kind, "no-grant-while-healthy");
-    }
-
-    #[test]
-    fn replies_become_outcomes() {
-        let base = json!({ "client_id": "c" });
-        let answer = |status: u16, body: Value| judge(Reply::Answer { status, body }, base.clone());
-        assert!(matches!(
-            answer(200, json!({"acquired": true})),
-            Answer::Ok(_)
-        ));
-        match answer(409, json!({"acquired": false, "error": "held"})) {
-            Answer::Fail(v, why) => {
-                assert_eq!(v["status"], 409);
-                assert_eq!(v["acquired"], false);
-                assert_eq!(v["client_id"], "c");
-                assert!(why.contains("held"));
-            }
-            _ => panic!("a 409 is a fail"),
-        }
-        assert!(matches!(answer(400, Value::Null), Answer::Fail(..)));
-        assert!(matches!(answer(503, Value::Null), Answer::Info(..)));
-        assert!(matches!(answer(500, Value::Null), Answer::Info(..)));
-        assert!(matches!(
-            judge(Reply::Lost("closed".into()), base.clone()),
-            Answer::Info(..)
-        ));
-        assert!(matches!(
-            judge(Reply::NotSent("refused".into()), base),
-            Answer::Fail(..)
-        ));
-    }
 }

@@ -25,14 +25,25 @@
 //! note, not an anomaly, because the next grant came a TTL after its last
 //! successful acquire.
 //!
+//! With `--unsafe-resource` the resource does not fence: it accepts every
+//! write, so the order of the tokens it accepted is the order the server's
+//! grants and the clients' writes made, unfiltered, and the checker judges
+//! it (a safe fence refuses a lower token, so it can never go back).
+//!
 //! The checker ([`check`](mod@check), on [`check_lease`]) rebuilds the grants (one per
 //! client id and token) and asks: tokens unique; tokens increasing in grant
 //! order over every pair of grants; holds (from the acquire's `ok` to the
 //! release's invocation) never overlapping unless the later grant came at
 //! least the TTL after the earlier holder's last successful acquire or
-//! renewal (then a note); the fence never accepting a lower token after a
-//! higher one; a grant in every long enough stretch in which a majority of
-//! nodes was up and connected.
+//! renewal (then a note); the resource never accepting a lower token after
+//! a higher one from a write made within the writer's lease (one made past
+//! it, a zombie's, is a note: only a fence stops that); a lease held by
+//! nobody entitled to it no longer than [`EXPIRY_BOUND`] past its holder's
+//! last confirmation, across leader changes ([`lease_outlived`]); a grant
+//! in every long enough stretch in which a majority of nodes was up and
+//! connected.
+//!
+//! [`lease_outlived`]: crate::checkers::lease_outlived
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -43,7 +54,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use crate::checkers::{check_lease, LeaseAnomaly, LeaseGrant};
+use crate::checkers::{check_lease, lease_free_by, lease_outlived, LeaseAnomaly, LeaseGrant};
 use crate::history::{
     count_ops, outcome_counts, pair, Event, History, Invocation, Kind, Op, Process,
 };
@@ -69,6 +80,9 @@ const ZOMBIE_ODDS: u32 = 20;
 /// Least time from one zombie's end to the next zombie: each one stalls
 /// the lock for its TTL.
 const ZOMBIE_SPACING: Duration = Duration::from_secs(15);
+/// When the first zombie may start: early enough that a 30-second run has
+/// one or two.
+const ZOMBIE_FIRST: Duration = Duration::from_secs(5);
 /// How far past its TTL a zombie stalls, chosen at random in this range.
 const ZOMBIE_LATE_MS_MIN: u64 = 300;
 const ZOMBIE_LATE_MS_MAX: u64 = 1500;
@@ -81,14 +95,15 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// Liveness bound beyond twice the TTL plus the wait (see [`liveness_bound`]).
 const LIVENESS_SLACK: Duration = Duration::from_secs(5);
 
-/// Drives clients until `ctx.deadline`, recording every operation.
-pub async fn run(ctx: &RunCtx) -> Result<(), String> {
+/// Drives clients until `ctx.deadline`, recording every operation; with
+/// `unfenced` (`--unsafe-resource`) the resource accepts every write.
+pub async fn run(ctx: &RunCtx, unfenced: bool) -> Result<(), String> {
     if ctx.http_servers.is_empty() {
         return Err("no HTTP addresses for the lease workload".into());
     }
     let shared = Arc::new(Shared {
-        fence: Fence::new(true),
-        next_zombie: std::sync::Mutex::new(Instant::now() + ZOMBIE_SPACING),
+        fence: Fence::new(!unfenced),
+        next_zombie: std::sync::Mutex::new(Instant::now() + ZOMBIE_FIRST),
     });
     let mut workers = tokio::task::JoinSet::new();
     for worker in 0..ctx.concurrency.max(1) {
@@ -464,4 +479,6 @@ fn judge(reply: Reply, base: Value) -> Answer {
 }
 
 mod check;
-pub use check::{check, liveness_bound, planted_anomalies};
+mod planted;
+pub use check::{check, liveness_bound, EXPIRY_BOUND};
+pub use planted::planted_anomalies;

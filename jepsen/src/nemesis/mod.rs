@@ -19,6 +19,12 @@
 //! as after `corrupt`; a durability marker acknowledged just before the
 //! kill must still be there at `rejoin`).
 //!
+//! `one-way-cut`/`one-way-heal`: the clients' server (the node most
+//! client connections are open to) hears no other member while its own
+//! messages still go out (see [`one_way`]); `one-way-kill`/`one-way-restart`:
+//! that cut, then after [`one_way::CUT_BEFORE_KILL`] the leader killed and
+//! the cut lifted, the leader restarted at the fault's end.
+//!
 //! With `overlap`, process faults (kill, pause, membership, restart-all)
 //! and network faults (partition, client-partition) run in two lanes at
 //! once, the network lane half an interval behind, so faults of the two
@@ -41,6 +47,12 @@ use crate::history::{History, Process};
 use crate::proxy::Mode;
 use crate::workloads::client_faults::ClientFault;
 
+mod grudges;
+pub mod one_way;
+
+use grudges::partition;
+pub use grudges::{cuts, GRUDGES};
+
 /// A kind of fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fault {
@@ -53,10 +65,12 @@ pub enum Fault {
     Corrupt,
     Clock,
     LoseUnsynced,
+    OneWayCut,
+    OneWayKill,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 9] = [
+    pub const ALL: [Fault; 11] = [
         Fault::Kill,
         Fault::Pause,
         Fault::Partition,
@@ -66,11 +80,16 @@ impl Fault {
         Fault::Corrupt,
         Fault::Clock,
         Fault::LoseUnsynced,
+        Fault::OneWayCut,
+        Fault::OneWayKill,
     ];
 
     /// A fault of the network (the overlap's second lane), not of processes.
     pub fn is_network(self) -> bool {
-        matches!(self, Fault::Partition | Fault::ClientPartition)
+        matches!(
+            self,
+            Fault::Partition | Fault::ClientPartition | Fault::OneWayCut
+        )
     }
 
     pub fn name(self) -> &'static str {
@@ -84,6 +103,8 @@ impl Fault {
             Fault::Corrupt => "corrupt",
             Fault::Clock => "clock",
             Fault::LoseUnsynced => "lose-unsynced",
+            Fault::OneWayCut => "one-way-cut",
+            Fault::OneWayKill => "one-way-kill",
         }
     }
 }
@@ -297,14 +318,19 @@ enum Undo {
     /// then look for the durability marker written before the kill (named
     /// by the fault's history index; `None`: none was acknowledged).
     Rejoin(NodeSet, Option<u64>),
+    /// After `one-way-cut`: the links into this node back to `Pass`.
+    OneWayHeal(u64),
+    /// After `one-way-kill`: restart these nodes (the cut is already
+    /// lifted).
+    OneWayRestart(NodeSet),
 }
 
 /// A small set of node ids (bit i = node i).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct NodeSet(u64);
+pub(crate) struct NodeSet(u64);
 
 impl NodeSet {
-    fn of(ids: &[u64]) -> Self {
+    pub(crate) fn of(ids: &[u64]) -> Self {
         NodeSet(ids.iter().fold(0, |acc, id| acc | (1 << id)))
     }
 
@@ -565,6 +591,18 @@ async fn start(
             history.ok(&inv, value);
             Undo::ClockReset(NodeSet::of(&jumped))
         }
+        Fault::OneWayCut => {
+            let (node, value) = one_way::cut(c, rng).await;
+            let inv = history.invoke(Process::NEMESIS, "one-way-cut", value.clone());
+            history.ok(&inv, value);
+            Undo::OneWayHeal(node)
+        }
+        Fault::OneWayKill => {
+            let inv = history.invoke(Process::NEMESIS, "one-way-kill", Value::Null);
+            let (killed, value) = one_way::cut_then_kill_leader(c, rng).await;
+            history.ok(&inv, value);
+            Undo::OneWayRestart(NodeSet::of(&killed))
+        }
         Fault::RestartAll => {
             let ids = c.ids();
             let value = json!({"nodes": ids, "majority_kept": false});
@@ -594,16 +632,22 @@ async fn stop(c: &mut Cluster, history: &History, undo: Undo, tally: &mut Tally)
             "rejoin",
             json!({"nodes": s.ids(), "marker": marker.map(marker_path)}),
         ),
+        Undo::OneWayHeal(id) => ("one-way-heal", json!({"node": id})),
+        Undo::OneWayRestart(s) => ("one-way-restart", json!({"nodes": s.ids()})),
     };
     let inv = history.invoke(Process::NEMESIS, f, value.clone());
     let result = match undo {
         Undo::Nothing => Ok(()),
-        Undo::Restart(s) => {
+        Undo::Restart(s) | Undo::OneWayRestart(s) => {
             let mut r = Ok(());
             for id in s.ids() {
                 r = r.and(c.restart(id).await);
             }
             r
+        }
+        Undo::OneWayHeal(id) => {
+            one_way::heal(c, id);
+            Ok(())
         }
         Undo::Resume(s) => {
             for id in s.ids() {
@@ -693,115 +737,9 @@ fn marker_path(n: u64) -> String {
     format!("{}/m-{n}", crate::cluster::MARKER_ROOT)
 }
 
-/// The partitions the nemesis picks from.
-pub const GRUDGES: [&str; 4] = ["halves", "isolate-leader", "majorities-ring", "bridge"];
-
-/// Picks a partition (seeded): its name and the directed links to cut.
-async fn partition(c: &mut Cluster, rng: &mut StdRng) -> (String, Vec<(u64, u64)>) {
-    let mut ids = c.ids();
-    ids.shuffle(rng);
-    let grudge = *GRUDGES.choose(rng).expect("grudges");
-    let leader = if grudge == "isolate-leader" {
-        c.leader().await
-    } else {
-        None
-    };
-    (grudge.to_string(), cuts(grudge, &ids, leader))
-}
-
-/// The directed links `(from, to)` a grudge cuts, for nodes `ids` (in the
-/// shuffled order the grudge is laid out in):
-/// - `halves`: the first n/2 nodes against the rest;
-/// - `isolate-leader`: the leader (or the first node) against the rest;
-/// - `majorities-ring`: each node hears only from itself and the n/2 nodes
-///   after it in the ring, so everyone sees a majority, no two the same one;
-/// - `bridge`: two halves that hear from each other only through one
-///   bridging node (the first), which is in both.
-pub fn cuts(grudge: &str, ids: &[u64], leader: Option<u64>) -> Vec<(u64, u64)> {
-    let n = ids.len();
-    let both_ways = |a: &[u64], b: &[u64]| {
-        let mut v = Vec::new();
-        for &x in a {
-            for &y in b {
-                v.push((x, y));
-                v.push((y, x));
-            }
-        }
-        v
-    };
-    let v = match grudge {
-        "halves" => {
-            let (a, b) = ids.split_at(n / 2);
-            both_ways(a, b)
-        }
-        "isolate-leader" => {
-            let leader = leader.unwrap_or(ids[0]);
-            let rest: Vec<u64> = ids.iter().copied().filter(|&i| i != leader).collect();
-            both_ways(&[leader], &rest)
-        }
-        "majorities-ring" => {
-            let mut v = Vec::new();
-            for (i, &to) in ids.iter().enumerate() {
-                let visible: Vec<u64> = (0..=n / 2).map(|k| ids[(i + k) % n]).collect();
-                for &from in ids {
-                    if !visible.contains(&from) {
-                        v.push((from, to));
-                    }
-                }
-            }
-            v
-        }
-        "bridge" => {
-            let rest = &ids[1..];
-            let (a, b) = rest.split_at(rest.len() / 2);
-            both_ways(a, b)
-        }
-        other => panic!("unknown grudge {other}"),
-    };
-    sorted(v)
-}
-
-fn sorted(mut v: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
-    v.sort();
-    v.dedup();
-    v
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hears(cuts: &[(u64, u64)], ids: &[u64], to: u64) -> usize {
-        ids.iter()
-            .filter(|&&f| f == to || !cuts.contains(&(f, to)))
-            .count()
-    }
-
-    #[test]
-    fn grudges_cut_what_they_say() {
-        let ids = [3, 1, 5, 2, 4];
-        let halves = cuts("halves", &ids, None);
-        assert!(halves.contains(&(3, 5)) && halves.contains(&(5, 3)));
-        assert!(!halves.contains(&(3, 1)));
-        assert_eq!(halves.len(), 2 * 2 * 3);
-
-        let iso = cuts("isolate-leader", &ids, Some(2));
-        assert_eq!(iso.len(), 8);
-        assert!(iso.iter().all(|&(a, b)| a == 2 || b == 2));
-
-        let ring = cuts("majorities-ring", &ids, None);
-        for &id in &ids {
-            assert_eq!(hears(&ring, &ids, id), 3, "node {id} hears a bare majority");
-        }
-
-        let bridge = cuts("bridge", &ids, None);
-        assert!(
-            bridge.iter().all(|&(a, b)| a != 3 && b != 3),
-            "the bridge keeps its links"
-        );
-        assert!(bridge.contains(&(1, 2)) && bridge.contains(&(4, 5)));
-        assert!(!bridge.contains(&(1, 5)));
-    }
 
     #[test]
     fn overlap_splits_process_and_network_faults_into_two_lanes() {
