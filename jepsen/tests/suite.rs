@@ -97,10 +97,18 @@ fn lock_under_kill_and_partition() {
 /// Leases also under clock jumps (a node's wall clock, often the
 /// leader's, minutes to an hour off): TTLs are measured on the leader's
 /// monotonic clock, so no lease may expire early. The seed picks at least
-/// one clock jump.
+/// one clock jump. The resource does not fence (`--unsafe-resource`), so
+/// the checker sees every token in the order the writes landed and judges
+/// the server's grants by them (a zombie's write past its lease is only a
+/// note); a gone holder's lease must lapse within its TTL and the expiry
+/// bound (`lease-outlived-ttl`).
 #[test]
 fn lease_under_kill_partition_and_clock_jumps() {
-    let r = checked_run("lease", "kill,partition,clock", &["--seed", "1"]);
+    let r = checked_run(
+        "lease",
+        "kill,partition,clock",
+        &["--seed", "1", "--unsafe-resource"],
+    );
     assert!(
         r["faults"]["by_kind"]["clock"].as_u64().unwrap_or(0) > 0,
         "no clock jump: {}",
@@ -274,6 +282,35 @@ fn register_under_corrupt() {
     assert!(
         r["faults"]["by_kind"]["corrupt"].as_u64().unwrap_or(0) > 0,
         "no disk fault:\n{out}"
+    );
+    assert_eq!(r["convergence"]["converged"], serde_json::Value::Bool(true));
+}
+
+/// ZooKeeper-port sessions pipelining 200 writes each through a follower,
+/// under the schedule that made writes apply twice (issue 27 item 1): the
+/// clients' server cut off one way (it hears no member, its forwarded
+/// writes still reach the leader), then the leader killed. Every fault of
+/// this run is that schedule; every acknowledged write must be applied
+/// exactly once, none twice.
+// Enable when issue 27 item 1 lands: on the server before that fix this
+// run is invalid (`duplicate-apply`: writes re-proposed after the leader
+// change applied twice), in 6 of 6 runs of this shape.
+#[test]
+#[ignore]
+fn zk_pipeline_under_one_way_cut_then_leader_kill() {
+    let (code, out, r) = run_under(
+        "zk-pipeline",
+        "one-way-kill",
+        &["--rate", "0", "--seed", "1"],
+    );
+    assert_eq!(code, 0, "zk-pipeline run not valid:\n{out}");
+    assert!(
+        r["faults"]["by_kind"]["one-way-kill"].as_u64().unwrap_or(0) > 0,
+        "no one-way cut and leader kill:\n{out}"
+    );
+    assert!(
+        r["stats"]["create"]["ok"].as_u64().unwrap_or(0) > 0,
+        "no create acknowledged:\n{out}"
     );
     assert_eq!(r["convergence"]["converged"], serde_json::Value::Bool(true));
 }
