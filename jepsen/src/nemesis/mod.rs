@@ -775,6 +775,11 @@ mod tests {
             vec![Fault::Kill, Fault::Partition]
         );
         assert!(parse_faults("none").unwrap().is_empty());
+        assert_eq!(
+            parse_faults("one-way-cut,one-way-kill").unwrap(),
+            vec![Fault::OneWayCut, Fault::OneWayKill]
+        );
+        assert!(Fault::OneWayCut.is_network() && !Fault::OneWayKill.is_network());
         assert!(parse_faults("kill,flood").unwrap_err().contains("flood"));
         assert_eq!(
             parse_nemesis("kill,kill-client,pause-client,kill-client").unwrap(),
