@@ -13,8 +13,8 @@
 # (`kill,pause,partition,client-partition --overlap`). The defaults cover
 # every fault alone and the overlapping mix, and for election its leader's
 # process killed or paused (kill-client, pause-client) alone and in the
-# mix: a full run is 10 workloads x 12 sets (election 14) x 3 seeds x 10
-# min, about 61 hours.
+# mix: a full run is 10 workloads x 13 sets (election 15) x 3 seeds x 10
+# min, about 66 hours.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +23,7 @@ seeds="1 2 3"
 nodes=3
 store=store
 workloads="lock lease election register sequential ephemeral watch lock-set session-order zk-pipeline"
-nemeses="kill;pause;partition;client-partition;membership;restart-all;corrupt;clock;lose-unsynced;one-way-cut;one-way-kill;kill,pause,partition,client-partition --overlap"
+nemeses="kill;pause;partition;client-partition;membership;restart-all;corrupt;clock;lose-unsynced;one-way-cut;one-way-kill;isolate-after-expiry;kill,pause,partition,client-partition --overlap"
 # Faults of client processes, for the election workload only; added to
 # the sets unless --nemeses is given.
 election_nemeses="kill-client,pause-client;kill,pause,partition,client-partition,kill-client,pause-client --overlap"

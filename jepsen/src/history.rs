@@ -397,6 +397,11 @@ pub const FAULTS: &[(&str, &str, &str)] = &[
     ("lose-unsynced", "lose-unsynced", "rejoin"),
     ("one-way-cut", "one-way-cut", "one-way-heal"),
     ("one-way-kill", "one-way-kill", "one-way-restart"),
+    (
+        "isolate-after-expiry",
+        "isolate-after-expiry",
+        "expiry-heal",
+    ),
 ];
 
 /// The periods during which nemesis faults were in force, from the start

@@ -97,7 +97,8 @@ struct TestArgs {
     /// Faults, comma-separated: kill, pause, partition, client-partition,
     /// membership, restart-all, corrupt, clock, lose-unsynced, one-way-cut
     /// (the clients' server hears no member), one-way-kill (that cut, then
-    /// the leader killed) (or none);
+    /// the leader killed), isolate-after-expiry (the leader cut off just
+    /// after it proposed a TTL removal) (or none);
     /// with --workload election also kill-client and pause-client (the
     /// leading candidate's process killed, or stopped past its session).
     #[arg(long, default_value = "kill,partition")]

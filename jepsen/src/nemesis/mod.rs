@@ -47,6 +47,7 @@ use crate::history::{History, Process};
 use crate::proxy::Mode;
 use crate::workloads::client_faults::ClientFault;
 
+pub mod expiry;
 mod grudges;
 pub mod one_way;
 
@@ -67,10 +68,11 @@ pub enum Fault {
     LoseUnsynced,
     OneWayCut,
     OneWayKill,
+    IsolateAfterExpiry,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 11] = [
+    pub const ALL: [Fault; 12] = [
         Fault::Kill,
         Fault::Pause,
         Fault::Partition,
@@ -82,13 +84,17 @@ impl Fault {
         Fault::LoseUnsynced,
         Fault::OneWayCut,
         Fault::OneWayKill,
+        Fault::IsolateAfterExpiry,
     ];
 
     /// A fault of the network (the overlap's second lane), not of processes.
     pub fn is_network(self) -> bool {
         matches!(
             self,
-            Fault::Partition | Fault::ClientPartition | Fault::OneWayCut
+            Fault::Partition
+                | Fault::ClientPartition
+                | Fault::OneWayCut
+                | Fault::IsolateAfterExpiry
         )
     }
 
@@ -105,6 +111,7 @@ impl Fault {
             Fault::LoseUnsynced => "lose-unsynced",
             Fault::OneWayCut => "one-way-cut",
             Fault::OneWayKill => "one-way-kill",
+            Fault::IsolateAfterExpiry => "isolate-after-expiry",
         }
     }
 }
@@ -318,6 +325,8 @@ enum Undo {
     /// then look for the durability marker written before the kill (named
     /// by the fault's history index; `None`: none was acknowledged).
     Rejoin(NodeSet, Option<u64>),
+    /// After `isolate-after-expiry`: every node-to-node link back to `Pass`.
+    ExpiryHeal,
     /// After `one-way-cut`: the links into this node back to `Pass`.
     OneWayHeal(u64),
     /// After `one-way-kill`: restart these nodes (the cut is already
@@ -591,6 +600,12 @@ async fn start(
             history.ok(&inv, value);
             Undo::ClockReset(NodeSet::of(&jumped))
         }
+        Fault::IsolateAfterExpiry => {
+            let inv = history.invoke(Process::NEMESIS, "isolate-after-expiry", Value::Null);
+            let value = expiry::isolate_after_expiry(c).await;
+            history.ok(&inv, value);
+            Undo::ExpiryHeal
+        }
         Fault::OneWayCut => {
             let (node, value) = one_way::cut(c, rng).await;
             let inv = history.invoke(Process::NEMESIS, "one-way-cut", value.clone());
@@ -623,6 +638,7 @@ async fn stop(c: &mut Cluster, history: &History, undo: Undo, tally: &mut Tally)
         Undo::Restart(s) => ("restart", json!({"nodes": s.ids()})),
         Undo::Resume(s) => ("resume", json!({"nodes": s.ids()})),
         Undo::Heal => ("heal", Value::Null),
+        Undo::ExpiryHeal => ("expiry-heal", Value::Null),
         Undo::ClientHeal(s) => ("client-heal", json!({"nodes": s.ids()})),
         Undo::Membership(id) => ("add", json!({"node": id})),
         Undo::StartAll => ("start-all", json!({"nodes": c.ids()})),
@@ -655,7 +671,7 @@ async fn stop(c: &mut Cluster, history: &History, undo: Undo, tally: &mut Tally)
             }
             Ok(())
         }
-        Undo::Heal => {
+        Undo::Heal | Undo::ExpiryHeal => {
             // The node-to-node links only: a client partition of the other
             // lane stays in force.
             let links: Vec<_> = c
