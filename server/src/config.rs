@@ -113,6 +113,22 @@ pub struct ServeArgs {
     /// catch it.
     #[arg(long, hide = true, env = "WARDEN_UNSAFE_SKIP_READ_INDEX")]
     pub unsafe_skip_read_index: bool,
+    /// KNOWN-BAD, for the Jepsen selftest only: TTL and container removals
+    /// in flight outlive a role change, so one lost with a leadership is
+    /// never proposed again while this server leads (a lease outlives its
+    /// TTL). The suite must catch it.
+    #[arg(long, hide = true, env = "WARDEN_UNSAFE_KEEP_REMOVALS_ACROSS_ROLES")]
+    pub unsafe_keep_removals_across_roles: bool,
+    /// Tests only: this server's first N removal proposals (expired TTL
+    /// nodes, empty containers) are counted in flight but never handed to
+    /// raft, as if lost with its leadership.
+    #[arg(
+        long,
+        default_value_t = 0,
+        hide = true,
+        env = "WARDEN_UNSAFE_LOSE_REMOVAL_PROPOSALS"
+    )]
+    pub unsafe_lose_removal_proposals: u64,
     /// Bytes per chunk when a snapshot is streamed to a follower (tests
     /// use small chunks to make a small tree take several).
     #[arg(
@@ -269,6 +285,11 @@ pub struct Config {
     pub clock_offset_file: Option<std::path::PathBuf>,
     /// Known-bad: linearizable reads without ReadIndex (selftest only).
     pub unsafe_skip_read_index: bool,
+    /// Known-bad: removals in flight kept across role changes (selftest
+    /// only).
+    pub unsafe_keep_removals_across_roles: bool,
+    /// Tests only: removal proposals to lose.
+    pub unsafe_lose_removal_proposals: u64,
     /// Chunk size of snapshot transfers.
     pub snapshot_chunk_bytes: usize,
     /// Known-bad: snapshot transfers to damage (tests only).
@@ -428,6 +449,8 @@ impl ServeArgs {
             clock_offset_ms: self.clock_offset_ms,
             clock_offset_file: self.clock_offset_file.clone(),
             unsafe_skip_read_index: self.unsafe_skip_read_index,
+            unsafe_keep_removals_across_roles: self.unsafe_keep_removals_across_roles,
+            unsafe_lose_removal_proposals: self.unsafe_lose_removal_proposals,
             snapshot_chunk_bytes: self.snapshot_chunk_bytes,
             unsafe_corrupt_snapshot_transfers: self.unsafe_corrupt_snapshot_transfers,
             inline_snapshots: self.inline_snapshots,

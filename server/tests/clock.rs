@@ -141,3 +141,93 @@ async fn the_leaders_clock_jumping_moves_no_ttl_expiry() {
         server.log()
     );
 }
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: signalling a child process the cluster helper owns.
+    unsafe {
+        libc::kill(pid as libc::pid_t, sig);
+    }
+}
+
+/// What a server logs when the test hook makes it lose a removal proposal.
+const LOST_REMOVAL: &str = "removal not proposed, as if lost with the leadership";
+
+/// A TTL node whose removal a leader proposed, and lost with its
+/// leadership, goes a TTL after that server leads again (plus an
+/// election's worth of checks), not at the next leader change. Every node
+/// loses its first removal proposal (`--unsafe-lose-removal-proposals 1`,
+/// as if it died with the leadership); the leader that lost it is paused
+/// until another leads, and so on until a node that lost one leads again.
+/// `extra` is added to every node's flags (the known-bad switch, to see
+/// the test fail).
+async fn a_lost_removal_is_proposed_again(extra: &[&str]) -> Result<(), String> {
+    let mut args = vec!["--unsafe-lose-removal-proposals".to_string(), "1".into()];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let cluster = Cluster::start_with(
+        3,
+        ServerOptions {
+            extra_args: args,
+            ..ServerOptions::default()
+        },
+    );
+    let c = Client::connect(&cluster.servers(), opts()).await.unwrap();
+    c.create("/lease", b"holder", ttl(1_000)).await.unwrap();
+    c.close().await.unwrap();
+
+    let all = cluster.node_ids();
+    let mut lost_by = Vec::new();
+    let leader = loop {
+        let l = cluster.leader_among(&all);
+        if lost_by.contains(&l) {
+            break l;
+        }
+        assert!(lost_by.len() < all.len(), "no node led twice: {lost_by:?}");
+        warden_testkit::wait_until(
+            Duration::from_secs(20),
+            "the leader to lose its removal proposal",
+            || cluster.log(l).contains(LOST_REMOVAL),
+        );
+        lost_by.push(l);
+        // The leader, with its proposal, is gone until another leads.
+        let pid = cluster.pid(l).expect("running");
+        signal(pid, libc::SIGSTOP);
+        let others: Vec<usize> = all.iter().copied().filter(|&i| i != l).collect();
+        cluster.leader_among(&others);
+        signal(pid, libc::SIGCONT);
+        warden_testkit::wait_until(Duration::from_secs(20), "the old leader to follow", || {
+            cluster.leader_seen_by(l) != l
+        });
+    };
+
+    // `leader` lost the removal with an earlier leadership and leads again.
+    let c = Client::connect(cluster.addr(leader), opts()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match c.exists("/lease").await {
+            Ok(None) => return Ok(()),
+            Ok(Some(_)) => {}
+            Err(e) => assert_eq!(e.code(), ErrorCode::ConnectionLoss, "{e}"),
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "/lease (TTL 1 s) outlived its TTL by 10 s after node {leader}, which lost its \
+                 removal with an earlier leadership, led again; its log:\n{}",
+                cluster.log(leader)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ttl_removal_lost_with_the_leadership_is_proposed_again_when_that_server_leads_again() {
+    a_lost_removal_is_proposed_again(&[]).await.unwrap();
+}
+
+/// The test above can fail: with the defect back
+/// (`--unsafe-keep-removals-across-roles`) the lease stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_removals_kept_across_roles_a_lost_removal_stays_stuck() {
+    let stuck = a_lost_removal_is_proposed_again(&["--unsafe-keep-removals-across-roles"]).await;
+    assert!(stuck.is_err(), "the known-bad switch removed the lease");
+}

@@ -64,6 +64,34 @@ async fn a_data_dir_that_lost_acknowledged_writes_is_refused() {
     refused(&mut server, "acknowledged writes are missing");
 }
 
+/// The term and vote this server synced (it voted for itself to lead)
+/// vanish with a damaged journal tail: it would vote again in that term.
+/// Refused, naming the watermark file that says what was synced.
+#[tokio::test]
+async fn a_journal_that_lost_a_vote_is_refused_naming_the_file() {
+    let mut server = Server::start();
+    write_some(&server, 3).await;
+    server.stop().expect("stopped");
+    with_raft_db(server.data_dir(), |db| {
+        let meta = db
+            .keyspace("raft_meta", KeyspaceCreateOptions::default)
+            .unwrap();
+        let stored = meta.get(b"hard_state").unwrap().expect("a hard state");
+        let mut hs = raft::eraftpb::HardState::parse_from_bytes(&stored).unwrap();
+        assert_eq!(hs.vote, 1, "it voted for itself");
+        hs.vote = 0;
+        meta.insert(b"hard_state", hs.write_to_bytes().unwrap())
+            .unwrap();
+    });
+    let watermark = server
+        .data_dir()
+        .join("data")
+        .join("raft")
+        .join("raft-synced");
+    refused(&mut server, &watermark.display().to_string());
+    refused(&mut server, "vote twice in one term");
+}
+
 /// The server's newest snapshot file, the one a start loads (it takes
 /// one every 5 entries here; one whose build was under way when it
 /// stopped may be there beside the one it recorded).

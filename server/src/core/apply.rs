@@ -146,9 +146,7 @@ impl ReadyHandler for Machine {
                 Duration::from_millis(u64::from(cs.timeout_ms)),
                 Instant::now(),
             ),
-            Some(Kind::GuardedDelete(g)) => {
-                self.removals_inflight.remove(&g.path);
-            }
+            Some(Kind::GuardedDelete(g)) => self.leading.removal_applied(&g.path),
             _ => {}
         }
         if let TxnResult::Duplicate { .. } = applied.result {
@@ -325,13 +323,15 @@ impl ReadyHandler for Machine {
             self.leader_changes += 1;
         }
         self.leader_id = ss.leader_id;
+        info!(role = ?ss.raft_state, leader = ss.leader_id, "raft role changed");
+        // Leader-only memory (see `super::leading`) goes at every role
+        // change: a new leader builds it again from the tree, so whatever
+        // died with an earlier leadership of this server is proposed again.
+        if self.role != StateRole::Leader || !was_leader {
+            self.leading.role_changed();
+        }
         if self.role != StateRole::Leader {
             self.heartbeats_sent.clear();
-        }
-        info!(role = ?ss.raft_state, leader = ss.leader_id, "raft role changed");
-        if self.role != StateRole::Leader || !was_leader {
-            // A new leader re-arms every TTL node with its full TTL.
-            self.ttl.reset();
         }
         if self.role == StateRole::Leader && !was_leader {
             let sessions: Vec<(u64, Duration)> = self

@@ -25,6 +25,8 @@
 //!   link, each frame kind);
 //! - [`forwards`]: a follower's proposals on their way to the leader,
 //!   held in order while the link is full;
+//! - [`leading`]: what this server remembers only while it leads (TTL
+//!   deadlines, removals in flight), dropped at every role change;
 //! - [`clients`]: the reply pipeline — connections, their in-order queues,
 //!   watches and ReadIndex waits;
 //! - [`apply`]: what the Ready loop hands the state machine, and what it
@@ -43,6 +45,7 @@ mod clients;
 mod forwards;
 mod frames;
 mod installs;
+mod leading;
 mod peers;
 mod proposals;
 pub(crate) mod read_only;
@@ -51,7 +54,7 @@ mod requests;
 pub(crate) mod snapshots;
 mod status;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -72,7 +75,6 @@ use crate::raft::transport::{PeerEvent, Transport};
 use crate::raft::{DiskStorage, RaftNode};
 use crate::session::Sessions;
 use crate::tree::{DataTree, FrozenTree};
-use crate::ttl::TtlDeadlines;
 use crate::watch::ConnId;
 
 use clients::Clients;
@@ -245,10 +247,8 @@ struct Machine {
     clients: Clients,
     sessions: Sessions,
     proposals: Proposals,
-    /// Guarded deletes proposed and not yet applied (path).
-    removals_inflight: HashSet<String>,
-    /// TTL deadlines on this leader's monotonic clock (`crate::ttl`).
-    ttl: TtlDeadlines,
+    /// Leader-only memory: TTL deadlines and removals in flight.
+    leading: leading::Leading,
     role: StateRole,
     leader_id: u64,
     transport: Transport,
@@ -381,6 +381,10 @@ impl Core {
             warn!("--unsafe-skip-read-index: linearizable reads are served without ReadIndex and may be stale; a known-bad mode for testing the test suite only");
         }
         let clients = Clients::new(cfg.limits, op_metrics.clone());
+        let leading = leading::Leading::new(
+            cfg.unsafe_keep_removals_across_roles,
+            cfg.unsafe_lose_removal_proposals,
+        );
         // What the log holds up to its commit index is replayed, not new.
         let replayed = raft.storage().hard_state().commit;
         let locks = crate::lockstats::LockObserver::new(op_metrics.locks.clone(), &tree, replayed);
@@ -393,8 +397,7 @@ impl Core {
                 clients,
                 sessions: Sessions::default(),
                 proposals: Proposals::new(),
-                removals_inflight: HashSet::new(),
-                ttl: TtlDeadlines::default(),
+                leading,
                 role: StateRole::Follower,
                 leader_id: 0,
                 transport,
@@ -679,18 +682,14 @@ impl Core {
         }
         if self.ticks.is_multiple_of(REMOVAL_CHECK_TICKS) {
             proposals::reread_clock_offset(self.m.cfg.clock_offset_file.as_deref());
-            for guarded in self.m.ttl.removals(&self.m.tree, Instant::now()) {
-                if !self.m.removals_inflight.insert(guarded.path.clone()) {
-                    continue;
-                }
-                debug!(path = %guarded.path, "proposing removal of empty container / expired TTL node");
+            for guarded in self.m.leading.removals_due(&self.m.tree, Instant::now()) {
                 let path = guarded.path.clone();
                 let txn = Txn {
                     kind: Some(Kind::GuardedDelete(guarded)),
                     ..Default::default()
                 };
                 if self.propose(txn, 0).is_err() {
-                    self.m.removals_inflight.remove(&path);
+                    self.m.leading.removal_not_proposed(&path);
                 }
             }
         }

@@ -36,7 +36,7 @@ use raft::{GetEntriesContext, RaftState, StorageError as RaftStorageError};
 
 use super::snapfile::SnapDir;
 use super::snapstream::Descriptor;
-use super::watermark::{Mark, Watermark};
+use super::watermark::{Mark, Synced, Vote, Watermark, WatermarkError};
 
 /// fjall's block cache (the log's hot tail for followers that lag a
 /// little). Entries are read back only to send them to a follower or to
@@ -65,7 +65,7 @@ pub enum StorageError {
     #[error("corrupt {what} on disk: {detail}")]
     Corrupt { what: &'static str, detail: String },
     #[error("synced watermark: {0}")]
-    Watermark(#[from] std::io::Error),
+    Watermark(#[from] WatermarkError),
     #[error("{0}")]
     Io(String),
 }
@@ -93,7 +93,7 @@ pub struct DiskStorage {
     snapshot_meta: SnapshotMetadata,
     /// The entry just before the log's first: (index, term).
     base: (u64, u64),
-    /// The last entry known synced, kept outside fjall (see
+    /// The last entry, term and vote known synced, kept outside fjall (see
     /// [`super::watermark`]).
     synced: Watermark,
     /// Terms and encoded sizes of the entries in the log; `terms[0]` is
@@ -218,7 +218,14 @@ impl DiskStorage {
                 ),
             ));
         }
-        let (synced, mark) = Watermark::open(dir)?;
+        // Nothing stored yet: the watermark file may be created (elsewhere
+        // its absence is damage).
+        let new = hard_state == HardState::default()
+            && conf_state == ConfState::default()
+            && terms.is_empty()
+            && base == (0, 0)
+            && snapshot_meta.index == 0;
+        let (synced, mark) = Watermark::open(dir, new)?;
         let mut storage = Self {
             db,
             log,
@@ -235,12 +242,15 @@ impl DiskStorage {
             inline_snapshots: false,
             skip_fsync: false,
         };
-        // Finish an install a stop interrupted first: the log it leaves is
-        // the one the watermark was lowered for.
-        storage.finish_snapshot_install()?;
-        if let Some(mark) = mark {
-            storage.check_synced(mark, dir)?;
+        // The term and vote first, before anything here syncs (and so
+        // raises the mark to the hard state as loaded).
+        if let Some(vote) = mark.vote {
+            storage.check_vote(vote, dir)?;
         }
+        // Finish an install a stop interrupted, then the entries: the log
+        // it leaves is the one the watermark was lowered for.
+        storage.finish_snapshot_install()?;
+        storage.check_synced(mark.entry, dir)?;
         Ok(storage)
     }
 
@@ -272,6 +282,44 @@ impl DiskStorage {
                 ),
             )),
             None => Ok(()),
+        }
+    }
+
+    /// A hard state older than the term and vote this server synced lost
+    /// them (a damaged journal tail): it could vote again in that term, for
+    /// another candidate. Refused.
+    fn check_vote(&self, synced: Vote, dir: &Path) -> Result<(), StorageError> {
+        let hs = &self.hard_state;
+        let lost = if hs.term < synced.term {
+            Some(format!("the hard state is at term {}", hs.term))
+        } else if hs.term == synced.term && synced.vote != 0 && hs.vote != synced.vote {
+            Some(format!("the hard state's vote in that term is {}", hs.vote))
+        } else {
+            None
+        };
+        match lost {
+            Some(found) => Err(corrupt(
+                "journal",
+                format!(
+                    "term {} with a vote for {} was synced (says {}), but {found}: the journal                      in {} lost a synced term or vote (damaged on disk), and this server could                      vote twice in one term; wipe this server's data dir and add it again                      (docs/operations.md: Storage faults)",
+                    synced.term,
+                    synced.vote,
+                    self.synced.path().display(),
+                    dir.display()
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// What [`Self::sync`] made durable: the last entry, the term and vote.
+    fn synced_now(&self) -> Synced {
+        Synced {
+            entry: self.last_mark(),
+            vote: Some(Vote {
+                term: self.hard_state.term,
+                vote: self.hard_state.vote,
+            }),
         }
     }
 
@@ -410,7 +458,7 @@ impl DiskStorage {
     }
 
     /// One fdatasync for everything written since the last one; the synced
-    /// watermark then names the log's last entry.
+    /// watermark then names the log's last entry, the term and the vote.
     pub fn sync(&mut self) -> Result<(), StorageError> {
         let mode = if self.skip_fsync {
             // Written to the OS, not to the disk: survives a kill -9, not
@@ -424,8 +472,8 @@ impl DiskStorage {
             PersistMode::SyncData
         };
         self.db.persist(mode)?;
-        let mark = self.last_mark();
-        self.synced.raise(mark)?;
+        let synced = self.synced_now();
+        self.synced.raise(synced)?;
         Ok(())
     }
 

@@ -235,6 +235,118 @@ fn a_log_that_lost_its_synced_tail_is_refused_naming_the_journal() {
     assert!(msg.contains(&dir.path().display().to_string()), "{msg}");
 }
 
+/// The journal loses the hard state written after the last entry (its
+/// damaged tail): `hs` is put back in its place.
+fn journal_loses_the_hard_state(dir: &Path, hs: &HardState) {
+    let db = Database::builder(dir.join("raft")).open().unwrap();
+    let meta = db
+        .keyspace("raft_meta", KeyspaceCreateOptions::default)
+        .unwrap();
+    meta.insert(KEY_HARD_STATE, hs.write_to_bytes().unwrap())
+        .unwrap();
+    db.persist(PersistMode::SyncAll).unwrap();
+}
+
+#[test]
+fn a_journal_that_lost_a_synced_vote_refuses_to_open_naming_the_files() {
+    let before = HardState {
+        term: 1,
+        commit: 2,
+        ..Default::default()
+    };
+    for lost_term in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = open(dir.path()).unwrap();
+            s.bootstrap(vec![1, 2, 3]).unwrap();
+            s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b")]).unwrap();
+            s.set_hard_state(before.clone()).unwrap();
+            s.sync().unwrap();
+            // A vote, synced after the last entry, answered to candidate 3.
+            s.set_hard_state(HardState {
+                term: if lost_term { 2 } else { 1 },
+                vote: 3,
+                commit: 2,
+                ..Default::default()
+            })
+            .unwrap();
+            s.sync().unwrap();
+        }
+        journal_loses_the_hard_state(dir.path(), &before);
+        let msg = open(dir.path()).err().expect("refused").to_string();
+        assert!(
+            msg.contains("vote for 3") && msg.contains("vote twice"),
+            "{msg}"
+        );
+        let watermark = dir
+            .path()
+            .join("raft")
+            .join(super::super::watermark::WATERMARK_FILE);
+        assert!(msg.contains(&watermark.display().to_string()), "{msg}");
+        assert!(
+            msg.contains(&dir.path().join("raft").display().to_string()),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
+fn a_later_term_or_vote_than_the_mark_is_no_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut s = open(dir.path()).unwrap();
+        s.bootstrap(vec![1, 2, 3]).unwrap();
+        s.append(&[entry(1, 1, b"a")]).unwrap();
+        s.set_hard_state(HardState {
+            term: 1,
+            ..Default::default()
+        })
+        .unwrap();
+        s.sync().unwrap();
+    }
+    // Written and synced by fjall, the watermark not raised yet (a stop
+    // between the two): newer than the mark, not older.
+    journal_loses_the_hard_state(
+        dir.path(),
+        &HardState {
+            term: 1,
+            vote: 2,
+            ..Default::default()
+        },
+    );
+    open(dir.path()).expect("a vote the mark does not know yet opens");
+    journal_loses_the_hard_state(
+        dir.path(),
+        &HardState {
+            term: 4,
+            ..Default::default()
+        },
+    );
+    open(dir.path()).expect("a later term opens");
+}
+
+#[test]
+fn a_store_that_lost_its_watermark_file_refuses_to_open_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    synced_log(dir.path());
+    let path = dir
+        .path()
+        .join("raft")
+        .join(super::super::watermark::WATERMARK_FILE);
+    std::fs::remove_file(&path).unwrap();
+    let msg = open(dir.path()).err().expect("refused").to_string();
+    assert!(
+        msg.contains(&path.display().to_string()) && msg.contains("missing"),
+        "{msg}"
+    );
+    std::fs::write(&path, [0u8; 8192]).unwrap();
+    let msg = open(dir.path()).err().expect("refused").to_string();
+    assert!(
+        msg.contains(&path.display().to_string()) && msg.contains("unreadable"),
+        "{msg}"
+    );
+}
+
 #[test]
 fn a_log_missing_committed_entries_refuses_to_open() {
     let dir = tempfile::tempdir().unwrap();
