@@ -39,7 +39,8 @@
 //! [`Leadership::resign`] returns once the node is known gone: it retries
 //! the delete across lost connections (a retry that finds no node means
 //! an earlier attempt deleted it) until it is deleted or the session is
-//! over.
+//! over, and a busy cluster's answers as often as the recipes retry
+//! anything ([`RETRIES_MAX`]).
 //!
 //! [`LeaderElection::observe`] follows the election from outside: a
 //! persistent watch on the election path, re-reading the head on each
@@ -55,7 +56,8 @@ use tracing::debug;
 
 use crate::error::{Error, Result};
 use crate::queue::{
-    pause, random_id, Lifetime, Outcome, Parents, Queue, Turn, Wait, WaitOptions, RETRY_PAUSE_MAX,
+    pause, random_id, Lifetime, Outcome, Parents, Queue, Turn, Wait, WaitOptions, RETRIES_MAX,
+    RETRY_PAUSE_MAX,
 };
 
 /// Prefix of candidate nodes (the nonce and the sequence follow).
@@ -267,11 +269,14 @@ impl Leadership {
     /// once the node is known to be gone: deleted by this call (or by an
     /// earlier attempt of it whose answer was lost), or by the server
     /// because the session ended. A lost connection is retried (after the
-    /// reconnect) for as long as the session lives; an error therefore
-    /// means the cluster kept refusing the delete (`NoAuth`, say), and the
-    /// node goes at the latest with the session.
+    /// reconnect) for as long as the session lives; a cluster that keeps
+    /// answering "busy" (timeouts, `NotReady`) as often as the recipes
+    /// retry anything. An error therefore means the delete was refused
+    /// (`NoAuth`, say) or the cluster stayed busy; the node goes at the
+    /// latest with the session.
     pub async fn resign(self) -> Result<()> {
         let mut attempt = 0;
+        let mut busy = 0;
         loop {
             match self.client.delete(&self.node, None).await {
                 // Our node's name is ours alone: `NoNode` on a retry means
@@ -280,7 +285,13 @@ impl Leadership {
                 Err(e) if e.code() == ErrorCode::NoNode => return Ok(()),
                 // The session is over: the server deletes its ephemerals.
                 Err(e) if e.code() == ErrorCode::SessionExpired => return Ok(()),
-                Err(e) if e.is_retryable() => {
+                Err(e)
+                    if e.is_retryable()
+                        && (e.code() == ErrorCode::ConnectionLoss || busy < RETRIES_MAX) =>
+                {
+                    if e.code() != ErrorCode::ConnectionLoss {
+                        busy += 1;
+                    }
                     // Waits for the reconnect while disconnected; the
                     // client ends the session if none comes in time.
                     pause(&self.client, attempt).await;
