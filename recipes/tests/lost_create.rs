@@ -234,9 +234,13 @@ where
     task.abort();
     assert!(task.await.unwrap_err().is_cancelled());
     proxies.open();
-    timeout(DEADLINE, proxies.late())
+    let late = timeout(DEADLINE, proxies.late())
         .await
-        .expect("the held create is sent after the clean-up looked")
+        .expect("the held create is sent after the clean-up looked");
+    // Answered by the cluster (applied or refused), not lost on the way:
+    // else the test would prove nothing.
+    assert_ne!(late.code, ErrorCode::ConnectionLoss, "{late:?}");
+    late
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
