@@ -19,12 +19,28 @@
 //!
 //! # Noticing a loss
 //!
-//! [`Leadership::lost`] resolves when the client sees its session end
-//! (`Expired`/`Closed`) or the node deleted. While the client is merely
-//! disconnected it cannot know: the server may expire the session at about
-//! the time the client gives up on it (the session timeout). A leader that
-//! must never overlap with its successor must fence its writes with the
+//! [`Leadership::lost`] resolves only when the leadership is really over:
+//! the session ended (the server expired or closed it, or the client gave
+//! up reconnecting within the session timeout and calls it expired) or
+//! the leader's node was deleted. A disconnect that the session survives
+//! is not a loss: the node, and the leadership, outlive it, and `lost`
+//! keeps waiting across the reconnect. This is Apache Curator's `LOST`,
+//! not its `SUSPENDED`: Curator's default error policy also makes
+//! `LeaderLatch` and `LeaderSelector` give up leadership on `SUSPENDED`
+//! (the first sign of a lost connection), and its session-only policy
+//! waits for `LOST` as `lost` does. A leader that wants the conservative
+//! policy watches [`Client::session_events`] for
+//! [`SessionState::Disconnected`] itself and pauses its work. While the
+//! client is merely disconnected it cannot know whether the server will
+//! expire the session at about the time it gives up on it, so a leader
+//! that must never overlap with its successor fences its writes with the
 //! token rather than rely on noticing in time.
+//!
+//! [`Leadership::resign`] returns once the node is known gone: it retries
+//! the delete across lost connections (a retry that finds no node means
+//! an earlier attempt deleted it) until it is deleted or the session is
+//! over, and a busy cluster's answers as often as the recipes retry
+//! anything ([`RETRIES_MAX`]).
 //!
 //! [`LeaderElection::observe`] follows the election from outside: a
 //! persistent watch on the election path, re-reading the head on each
@@ -36,8 +52,13 @@ use std::future::Future;
 use futures::{Stream, StreamExt};
 use warden_client::{Client, ErrorCode, EventType, PersistentWatch, SessionState};
 
+use tracing::debug;
+
 use crate::error::{Error, Result};
-use crate::queue::{random_id, Lifetime, Outcome, Parents, Queue, Turn, Wait, WaitOptions};
+use crate::queue::{
+    pause, random_id, Lifetime, Outcome, Parents, Queue, Turn, Wait, WaitOptions, RETRIES_MAX,
+    RETRY_PAUSE_MAX,
+};
 
 /// Prefix of candidate nodes (the nonce and the sequence follow).
 const CANDIDATE_PREFIX: &str = "c-";
@@ -244,20 +265,50 @@ impl Leadership {
         &self.node
     }
 
-    /// Steps down: deletes the node, so the next candidate leads. A node
-    /// already gone (the session ended) is not an error.
+    /// Steps down: deletes the node, so the next candidate leads. Returns
+    /// once the node is known to be gone: deleted by this call (or by an
+    /// earlier attempt of it whose answer was lost), or by the server
+    /// because the session ended. A lost connection is retried (after the
+    /// reconnect) for as long as the session lives; a cluster that keeps
+    /// answering "busy" (timeouts, `NotReady`) as often as the recipes
+    /// retry anything. An error therefore means the delete was refused
+    /// (`NoAuth`, say) or the cluster stayed busy; the node goes at the
+    /// latest with the session.
     pub async fn resign(self) -> Result<()> {
-        match self.client.delete(&self.node, None).await {
-            Ok(()) => Ok(()),
-            Err(e) if e.code() == ErrorCode::NoNode => Ok(()),
-            Err(e) => Err(e.into()),
+        let mut attempt = 0;
+        let mut busy = 0;
+        loop {
+            match self.client.delete(&self.node, None).await {
+                // Our node's name is ours alone: `NoNode` on a retry means
+                // the lost attempt (or the server) deleted it.
+                Ok(()) => return Ok(()),
+                Err(e) if e.code() == ErrorCode::NoNode => return Ok(()),
+                // The session is over: the server deletes its ephemerals.
+                Err(e) if e.code() == ErrorCode::SessionExpired => return Ok(()),
+                Err(e)
+                    if e.is_retryable()
+                        && (e.code() == ErrorCode::ConnectionLoss || busy < RETRIES_MAX) =>
+                {
+                    if e.code() != ErrorCode::ConnectionLoss {
+                        busy += 1;
+                    }
+                    // Waits for the reconnect while disconnected; the
+                    // client ends the session if none comes in time.
+                    pause(&self.client, attempt).await;
+                    attempt = attempt.saturating_add(1);
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
     }
 
     /// Resolves, with the reason, once this leadership is over: the
-    /// session ended (`SessionExpired` / `Closed`) or the node was deleted
-    /// (`NotHolder`). A mere disconnect does not resolve it (see the
-    /// module docs). Cancel-safe; call it as often as wanted.
+    /// session ended (`SessionExpired` / `Closed`: the server expired or
+    /// closed it, or the client gave up reconnecting within the session
+    /// timeout) or the node was deleted (`NotHolder`). A disconnect the
+    /// session survives does not resolve it, nor does an error of a read
+    /// it makes meanwhile (it looks again): see the module docs.
+    /// Cancel-safe; call it as often as wanted.
     pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
         let client = self.client.clone();
         let node = self.node.clone();
@@ -268,28 +319,45 @@ impl Leadership {
                 if let Some(e) = session_over(*states.borrow_and_update()) {
                     return e;
                 }
-                match client.exists_watch(&node).await {
+                let watch = match client.exists_watch(&node).await {
                     Ok((None, _)) => return deleted(),
-                    Ok((Some(_), watch)) => {
+                    Ok((Some(_), watch)) => watch,
+                    Err(e) => {
+                        debug!(%node, error = %e, "looking at the leader's node failed; looking again");
+                        // Disconnected, a timeout, a busy server: look
+                        // again once the session changes state, or after
+                        // a pause.
                         tokio::select! {
-                            event = watch => match event {
-                                Ok(event) if event.event_type == EventType::NodeDeleted => {
-                                    return deleted()
-                                }
-                                Ok(_) => {}
-                                Err(e) => return e.into(),
+                            changed = states.changed() => if changed.is_err() {
+                                return Error::Client(warden_client::Error::Closed);
                             },
-                            _ = states.wait_for(|s| s.is_terminal()) => {}
+                            _ = tokio::time::sleep(RETRY_PAUSE_MAX) => {}
+                        }
+                        continue;
+                    }
+                };
+                tokio::pin!(watch);
+                loop {
+                    tokio::select! {
+                        event = &mut watch => match event {
+                            Ok(event) if event.event_type == EventType::NodeDeleted => {
+                                return deleted()
+                            }
+                            // A data change, or the watch ended with the
+                            // session: the outer loop sorts it out.
+                            _ => break,
+                        },
+                        changed = states.changed() => {
+                            if changed.is_err() {
+                                return Error::Client(warden_client::Error::Closed);
+                            }
+                            if let Some(e) = session_over(*states.borrow_and_update()) {
+                                return e;
+                            }
+                            // A disconnect or a reconnect: the watch
+                            // survives it (the client sets it again).
                         }
                     }
-                    Err(e) if e.is_retryable() => {
-                        // Disconnected: wait for the session to come back
-                        // or end.
-                        if states.changed().await.is_err() {
-                            return Error::Client(warden_client::Error::Closed);
-                        }
-                    }
-                    Err(e) => return e.into(),
                 }
             }
         }

@@ -48,11 +48,15 @@
 //! # Cancellation
 //!
 //! An [`Entry`] is a member not yet handed to the caller. Dropping it (a
-//! cancelled acquire, an error) deletes the member in the background, or,
-//! if its create may have been in flight, finds it by id and deletes it.
-//! A member that timed out is deleted before the call returns. A member
-//! that was there before the call ([`Queue::rejoin`]: a lease's client id
-//! already in line) is left as it was when the call fails or is dropped.
+//! cancelled acquire, an error) deletes the member in the background. If
+//! a create of it may have been in flight (not answered yet, or answered
+//! after a lost answer and not swept since), the clean-up first settles
+//! the session's writes, so that no create of ours can still land, then
+//! finds every member with our id linearizably and deletes them
+//! (`queue/entry.rs` says why that closes the window). A member that
+//! timed out is deleted before the call returns. A member that was there
+//! before the call ([`Queue::rejoin`]: a lease's client id already in
+//! line) is left as it was when the call fails or is dropped.
 //!
 //! # Parents
 //!
@@ -78,7 +82,10 @@ use tokio::time::Instant;
 use tracing::debug;
 use warden_client::{Acl, Client, CreateOptions, ErrorCode, OneshotWatch, SessionState, Stat};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+
+mod entry;
+pub(crate) use entry::{spawn_detached, vanished, Entry, NodeOwner};
 
 /// Digits of a sequence suffix (ZooKeeper's `%010d`).
 pub(crate) const SEQUENCE_DIGITS: usize = 10;
@@ -498,6 +505,7 @@ impl Queue {
         let mut entry = Entry::new(self.clone(), member.id.clone());
         entry.node = Some((member.name, stat));
         entry.armed = false;
+        entry.unsettled = false;
         entry
     }
 
@@ -523,15 +531,20 @@ impl Queue {
             },
         }
         .acl(self.acl.clone());
-        // Armed from here: if we are dropped while a create is in flight,
-        // the member is found by id and deleted in the background.
+        // Armed (and unsettled) from here: if we are dropped while a
+        // create is in flight, every member of ours is found once the
+        // session's writes settled, and deleted in the background.
         let mut entry = Entry::new(self.clone(), id.to_string());
         let mut attempt = 0;
+        let mut answer_lost = false;
         loop {
             match client.create(&requested, data, options.clone()).await {
                 Ok((path, stat)) => {
                     let name = path.rsplit('/').next().unwrap_or_default().to_string();
                     entry.node = Some((name, stat));
+                    // An earlier create whose answer was lost may have
+                    // landed too, until the first sweep.
+                    entry.unsettled = answer_lost;
                     return Ok(entry);
                 }
                 Err(e) if e.code() == ErrorCode::NoNode && attempt < RETRIES_MAX => {
@@ -541,6 +554,7 @@ impl Queue {
                 Err(e) if e.is_retryable() && attempt < RETRIES_MAX => {
                     // The create may have been applied: create again only
                     // once we know it was not.
+                    answer_lost = true;
                     pause(client, attempt).await;
                     attempt += 1;
                     if let Some((member, stat)) = self.find(id).await? {
@@ -572,6 +586,9 @@ impl Queue {
             if self.sweep(entry, &members).await? {
                 continue;
             }
+            // Swept after our create answered: a lost create of ours
+            // landed before it or never will (see the module docs).
+            entry.unsettled = false;
             let Some(index) = members.iter().position(|m| m.name == entry.name()) else {
                 return Ok(Outcome::Vanished);
             };
@@ -716,154 +733,6 @@ enum Woken {
     Recheck,
     /// The deadline passed first.
     TimedOut,
-}
-
-/// A member this process made (or rejoined) and has not handed to the
-/// caller yet. Dropping it deletes the member in the background; if its
-/// create may have been in flight, the member is found by id first.
-#[derive(Debug)]
-pub(crate) struct Entry {
-    queue: Queue,
-    id: String,
-    /// Name and stat once known.
-    node: Option<(String, Stat)>,
-    armed: bool,
-}
-
-impl Entry {
-    fn new(queue: Queue, id: String) -> Entry {
-        Entry {
-            queue,
-            id,
-            node: None,
-            armed: true,
-        }
-    }
-
-    /// The member's name (empty before the create answered).
-    pub(crate) fn name(&self) -> &str {
-        self.node.as_ref().map_or("", |(n, _)| n.as_str())
-    }
-
-    /// The member's full path.
-    pub(crate) fn path(&self) -> String {
-        self.queue.path_of(self.name())
-    }
-
-    /// The member's stat when made or found: `czxid` is the fencing token.
-    pub(crate) fn stat(&self) -> Stat {
-        self.node.as_ref().map(|(_, s)| *s).unwrap_or_default()
-    }
-
-    /// Deletes the member now.
-    pub(crate) async fn delete(&mut self) -> Result<()> {
-        if self.node.is_some() {
-            delete_node(&self.queue.client, &self.path()).await?;
-        }
-        self.armed = false;
-        Ok(())
-    }
-
-    /// The member is the caller's now: its path and stat.
-    pub(crate) fn take(mut self) -> (String, Stat) {
-        self.armed = false;
-        (self.path(), self.stat())
-    }
-
-    /// The member, owned by a guard that deletes it when dropped.
-    pub(crate) fn into_owner(self) -> (NodeOwner, Stat) {
-        let client = self.queue.client.clone();
-        let (path, stat) = self.take();
-        (NodeOwner::new(client, path), stat)
-    }
-}
-
-impl Drop for Entry {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let queue = self.queue.clone();
-        let id = std::mem::take(&mut self.id);
-        let known = self.node.take().map(|(name, _)| queue.path_of(&name));
-        spawn_detached(async move {
-            let paths = match known {
-                Some(path) => vec![path],
-                None => match queue.find_own(&id).await {
-                    Ok(found) => found.iter().map(|m| queue.path_of(&m.name)).collect(),
-                    Err(e) => {
-                        debug!(dir = %queue.dir, error = %e, "abandoned member not looked for");
-                        Vec::new()
-                    }
-                },
-            };
-            for path in paths {
-                if let Err(e) = delete_node(&queue.client, &path).await {
-                    tracing::warn!(node = %path, error = %e, "abandoned member not deleted");
-                }
-            }
-        });
-    }
-}
-
-/// Runs `future` on the current runtime, if any. Without one (a guard
-/// dropped outside tokio) the node goes when its session ends or its TTL
-/// passes.
-pub(crate) fn spawn_detached(future: impl std::future::Future<Output = ()> + Send + 'static) {
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(future);
-    }
-}
-
-/// Owns a granted node until disarmed: dropping it (a guard dropped
-/// without `release`) deletes the node in the background.
-#[derive(Debug)]
-pub(crate) struct NodeOwner {
-    client: Client,
-    path: String,
-    armed: bool,
-}
-
-impl NodeOwner {
-    pub(crate) fn new(client: Client, path: String) -> Self {
-        NodeOwner {
-            client,
-            path,
-            armed: true,
-        }
-    }
-
-    pub(crate) fn path(&self) -> &str {
-        &self.path
-    }
-
-    /// Deletes the node now and waits for the answer.
-    pub(crate) async fn delete(mut self) -> Result<()> {
-        self.armed = false;
-        delete_node(&self.client, &self.path).await
-    }
-}
-
-impl Drop for NodeOwner {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let client = self.client.clone();
-        let path = std::mem::take(&mut self.path);
-        spawn_detached(async move {
-            if let Err(e) = delete_node(&client, &path).await {
-                debug!(%path, error = %e, "background delete of a held node failed");
-            }
-        });
-    }
-}
-
-/// A member's node that must exist is gone.
-pub(crate) fn vanished(path: &str) -> Error {
-    Error::NotHolder(format!(
-        "{path}: our contender node is gone (session expired or someone deleted it)"
-    ))
 }
 
 #[cfg(test)]

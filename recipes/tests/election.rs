@@ -1,17 +1,21 @@
 //! Leader election against real servers: one leader at a time, succession
 //! on close, on a dead server (session expiry) and on resignation,
 //! `observe` reporting each change once, `lost` firing for a deposed
-//! leader.
+//! leader and not for a disconnect the session survives, `resign`
+//! retried across a lost answer.
 //!
 //! Waits are on conditions with deadlines; nothing asserts how long
 //! anything took.
 
+mod common;
+
 use std::time::Duration;
 
+use common::lossy::LossyProxy;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
-use warden_client::{Client, ConnectOptions};
+use warden_client::{Client, ConnectOptions, SessionState};
 use warden_recipes::{Error, LeaderElection, Leadership};
 use warden_testkit::{Cluster, Server};
 
@@ -246,4 +250,172 @@ async fn a_dropped_campaign_withdraws_the_candidate() {
     // Same session, so only the recipe can have removed it.
     wait_for_candidates(&observer, 1).await;
     leader.resign().await.unwrap();
+}
+
+/// A client through `proxy` with a session long enough to outlive every
+/// cut the test makes.
+async fn connect_through(proxy: &LossyProxy) -> Client {
+    let options = ConnectOptions {
+        session_timeout: Duration::from_secs(30),
+        ..ConnectOptions::default()
+    };
+    Client::connect(&proxy.addr, options).await.unwrap()
+}
+
+/// Waits until `client` has been disconnected and is connected again.
+async fn reconnected(client: &Client, mut states: tokio::sync::watch::Receiver<SessionState>) {
+    timeout(DEADLINE, async {
+        states
+            .wait_for(|s| *s == SessionState::Disconnected)
+            .await
+            .unwrap();
+        states
+            .wait_for(|s| *s == SessionState::Connected)
+            .await
+            .unwrap();
+    })
+    .await
+    .expect("the client reconnects");
+    assert_eq!(*client.session_events().borrow(), SessionState::Connected);
+}
+
+#[tokio::test]
+async fn lost_waits_out_disconnects_the_session_survives() {
+    let server = Server::start();
+    let proxy = LossyProxy::start(server.addr()).await;
+    let client = connect_through(&proxy).await;
+    let admin = connect(server.addr()).await;
+    let leader = LeaderElection::new(client.clone(), PATH, "x")
+        .campaign()
+        .await
+        .unwrap();
+    let session = client.session_id();
+
+    // The connection breaks under lost()'s own look at the node...
+    let states = client.session_events();
+    proxy.lose_the_answer_to_the_next_request_with(leader.node());
+    let lost = tokio::spawn(leader.lost());
+    reconnected(&client, states).await;
+    assert_eq!(proxy.cuts(), 1);
+    // ... and again while it waits on its watch.
+    let states = client.session_events();
+    proxy.lose_the_answer_to_the_next_request_with("/disconnect");
+    let cut = client.exists("/disconnect").await;
+    assert_eq!(
+        cut.unwrap_err().code(),
+        warden_client::ErrorCode::ConnectionLoss
+    );
+    reconnected(&client, states).await;
+    assert_eq!(proxy.cuts(), 2);
+    assert_eq!(client.session_id(), session, "the same session throughout");
+    assert!(!lost.is_finished(), "lost() resolved on a disconnect");
+
+    // Still the leader, and lost() still watching: the deletion is what
+    // it reports.
+    let view = LeaderElection::new(admin.clone(), PATH, "observer");
+    assert_eq!(view.leader().await.unwrap().unwrap().token, leader.token);
+    admin.delete(leader.node(), None).await.unwrap();
+    let err = timeout(DEADLINE, lost)
+        .await
+        .expect("lost fired on the deletion")
+        .unwrap();
+    assert!(matches!(err, Error::NotHolder(_)), "{err}");
+}
+
+#[tokio::test]
+async fn lost_notices_a_deletion_after_a_read_timed_out() {
+    let server = Server::start();
+    let proxy = LossyProxy::start(server.addr()).await;
+    let options = ConnectOptions {
+        session_timeout: Duration::from_secs(30),
+        request_timeout: Duration::from_millis(300),
+        ..ConnectOptions::default()
+    };
+    let client = Client::connect(&proxy.addr, options).await.unwrap();
+    let admin = connect(server.addr()).await;
+    let leader = LeaderElection::new(client.clone(), PATH, "x")
+        .campaign()
+        .await
+        .unwrap();
+
+    // The server is slow to answer lost()'s look at the node: the read
+    // times out while the connection stays up.
+    proxy.stall_answers_from(leader.node());
+    let lost = tokio::spawn(leader.lost());
+    timeout(DEADLINE, async {
+        while !proxy.answers_stalled() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("lost() looks at its node");
+    // Sent after lost()'s read, with the same timeout: once this one has
+    // timed out, so has lost()'s.
+    let slow = client.exists("/slow").await;
+    assert_eq!(slow.unwrap_err(), warden_client::Error::Timeout);
+    proxy.release_answers();
+    assert_eq!(*client.session_events().borrow(), SessionState::Connected);
+
+    admin.delete(leader.node(), None).await.unwrap();
+    let err = timeout(DEADLINE, lost)
+        .await
+        .expect("lost fired on the deletion, not stuck after the timeout")
+        .unwrap();
+    assert!(matches!(err, Error::NotHolder(_)), "{err}");
+}
+
+#[tokio::test]
+async fn resign_is_retried_when_its_answer_is_lost() {
+    let server = Server::start();
+    let proxy = LossyProxy::start(server.addr()).await;
+    let admin = connect(server.addr()).await;
+    let leader = LeaderElection::new(connect_through(&proxy).await, PATH, "a")
+        .campaign()
+        .await
+        .unwrap();
+    let (tx, mut won) = mpsc::unbounded_channel();
+    campaign(connect(server.addr()).await, "b", tx);
+    wait_for_candidates(&admin, 2).await;
+
+    // The delete is applied, its answer lost with the connection.
+    proxy.lose_the_answer_to_the_next_request_with(leader.node());
+    let node = leader.node().to_string();
+    let token = leader.token;
+    timeout(DEADLINE, leader.resign())
+        .await
+        .expect("resign returns")
+        .expect("resign retries across the lost answer");
+    assert_eq!(proxy.cuts(), 1, "the answer was lost");
+    assert_eq!(admin.exists(&node).await.unwrap(), None);
+    let next = next_leader(&mut won).await;
+    assert!(next.token > token);
+}
+
+#[tokio::test]
+async fn resign_waits_out_a_disconnect() {
+    let server = Server::start();
+    let proxy = LossyProxy::start(server.addr()).await;
+    let client = connect_through(&proxy).await;
+    let admin = connect(server.addr()).await;
+    let leader = LeaderElection::new(client.clone(), PATH, "a")
+        .campaign()
+        .await
+        .unwrap();
+    let node = leader.node().to_string();
+
+    // Cut off and not back yet when resign() starts: its first attempt
+    // fails at once; it must wait for the reconnect and delete then.
+    let mut states = client.session_events();
+    proxy.lose_the_answer_to_the_next_request_with("/disconnect");
+    let _ = client.exists("/disconnect").await;
+    states
+        .wait_for(|s| *s != SessionState::Connected)
+        .await
+        .unwrap();
+    timeout(DEADLINE, leader.resign())
+        .await
+        .expect("resign returns")
+        .expect("resign waits for the reconnect");
+    assert_eq!(admin.exists(&node).await.unwrap(), None);
+    assert_eq!(*client.session_events().borrow(), SessionState::Connected);
 }

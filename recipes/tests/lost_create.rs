@@ -3,6 +3,11 @@
 //! not leave an orphan in the queue: every recipe on the shared queue
 //! (`recipes/src/queue.rs`) is granted, with exactly one node left.
 //!
+//! Nor may a create that lands after its join was cancelled and cleaned
+//! up (the `*_cancelled_*` tests, through the [`HeldCreate`] proxies of
+//! `common/held.rs`): the clean-up settles the session's writes before it
+//! looks, so the late create is refused, and the lock is free at once.
+//!
 //! The client reaches two servers of a 3-node cluster through
 //! [`LateCreate`] proxies, which hold the recipe's first create back, cut
 //! the client off, and let that create commit on the old connection only
@@ -14,6 +19,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::held::HeldCreate;
 use common::late::LateCreate;
 use tokio::time::timeout;
 use warden_client::{Client, ConnectOptions, ErrorCode};
@@ -195,4 +201,112 @@ async fn semaphore_a_late_create_leaves_no_orphan() {
     let nodes = children(&admin, "/semaphores/late").await;
     assert_eq!(nodes.len(), 1, "one node, no orphan: {nodes:?}");
     lease.release().await.unwrap();
+}
+
+/// A 3-node cluster, [`HeldCreate`] proxies in front of two of its
+/// servers, a client through them (long session) and one straight to it.
+async fn setup_held() -> (Cluster, HeldCreate, Client, Client) {
+    let cluster = Cluster::start(3);
+    let ids = cluster.node_ids();
+    let proxies = HeldCreate::start(&[cluster.addr(ids[0]), cluster.addr(ids[1])]).await;
+    let options = ConnectOptions {
+        session_timeout: Duration::from_secs(30),
+        ..ConnectOptions::default()
+    };
+    let client = Client::connect(&proxies.servers(), options)
+        .await
+        .expect("connect through the proxies");
+    let admin = common::connect(&cluster.servers()).await;
+    (cluster, proxies, client, admin)
+}
+
+/// Runs `acquire` until its first create is held, cancels it, lets the
+/// client back and returns what became of the held create once the
+/// clean-up had looked.
+async fn cancel_while_created<F>(proxies: &HeldCreate, acquire: F) -> common::held::Late
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let task = tokio::spawn(acquire);
+    timeout(DEADLINE, proxies.wait_held())
+        .await
+        .expect("the create is held");
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    proxies.open();
+    let late = timeout(DEADLINE, proxies.late())
+        .await
+        .expect("the held create is sent after the clean-up looked");
+    // Answered by the cluster (applied or refused), not lost on the way:
+    // else the test would prove nothing.
+    assert_ne!(late.code, ErrorCode::ConnectionLoss, "{late:?}");
+    late
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutex_a_cancelled_acquire_leaves_no_late_orphan() {
+    let (_cluster, proxies, client, admin) = setup_held().await;
+    make_path(&admin, "/locks/cancel").await;
+    proxies.hold_create("/locks/cancel/_c_", "/locks/cancel");
+    let mutex = Mutex::new(client.clone(), "/locks/cancel").unwrap();
+    let late = cancel_while_created(&proxies, async move {
+        let _ = mutex.acquire_timeout(GRANT_WAIT).await;
+    })
+    .await;
+    let nodes = children(&admin, "/locks/cancel").await;
+    assert!(
+        nodes.is_empty(),
+        "an orphan of the cancelled acquire: {nodes:?} ({late:?})"
+    );
+    assert_eq!(
+        late.created, None,
+        "the create landed after the clean-up: {late:?}"
+    );
+    // The lock is free for anyone at once, the cancelled session included.
+    let other = Mutex::new(admin.clone(), "/locks/cancel").unwrap();
+    let guard = other
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("the lock is free");
+    guard.release().await.unwrap();
+    let again = Mutex::new(client, "/locks/cancel").unwrap();
+    let guard = timeout(DEADLINE, again.acquire_timeout(GRANT_WAIT))
+        .await
+        .expect("the acquire ends")
+        .unwrap()
+        .expect("the cancelled session takes the lock again");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_lock_a_cancelled_acquire_leaves_no_late_orphan() {
+    let (_cluster, proxies, client, admin) = setup_held().await;
+    make_path(&admin, "/leases/cancel").await;
+    proxies.hold_create("/leases/cancel/lease-", "/leases/cancel");
+    let leases = LeaseLock::new(client, "/leases");
+    let late = cancel_while_created(&proxies, async move {
+        let _ = leases.acquire("cancel", "w1", TTL, GRANT_WAIT).await;
+    })
+    .await;
+    let nodes = children(&admin, "/leases/cancel").await;
+    assert!(
+        nodes.is_empty(),
+        "an orphan of the cancelled acquire: {nodes:?} ({late:?})"
+    );
+    assert_eq!(
+        late.created, None,
+        "the create landed after the clean-up: {late:?}"
+    );
+    // Free for another client id at once, not after the orphan's TTL.
+    let others = LeaseLock::new(admin.clone(), "/leases");
+    let lease = others
+        .acquire("cancel", "w2", TTL, Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("the lease is free");
+    others
+        .release("cancel", "w2", lease.fencing_token)
+        .await
+        .unwrap();
 }

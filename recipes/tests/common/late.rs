@@ -32,13 +32,17 @@ struct Held {
 
 /// Reads length-prefixed frames (u32 big-endian length, then the body);
 /// `next` is cancel-safe (bytes read stay buffered).
-struct FrameReader {
+pub struct FrameReader {
     r: OwnedReadHalf,
     buf: Vec<u8>,
 }
 
 impl FrameReader {
-    async fn next(&mut self) -> std::io::Result<Vec<u8>> {
+    pub fn new(r: OwnedReadHalf) -> FrameReader {
+        FrameReader { r, buf: Vec::new() }
+    }
+
+    pub async fn next(&mut self) -> std::io::Result<Vec<u8>> {
         loop {
             if self.buf.len() >= 4 {
                 let len = u32::from_be_bytes(self.buf[..4].try_into().unwrap()) as usize;

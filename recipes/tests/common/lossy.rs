@@ -1,5 +1,6 @@
 //! A TCP proxy between a client and a server that can lose the answer to
-//! one request, or cut the client off altogether.
+//! one request, hold answers back for a while, or cut the client off
+//! altogether.
 
 #![allow(dead_code)]
 
@@ -32,6 +33,11 @@ struct ProxyState {
     cuts: std::sync::atomic::AtomicU32,
     /// Set: every connection is cut and new ones are refused (a partition).
     partitioned: AtomicBool,
+    /// Set: answers are held from the next client frame containing these
+    /// bytes on.
+    stall_marker: std::sync::Mutex<Option<Vec<u8>>>,
+    /// Set while answers are held back (the connection stays open).
+    stalled: AtomicBool,
 }
 
 impl LossyProxy {
@@ -60,6 +66,23 @@ impl LossyProxy {
     /// `marker` (a path, say).
     pub fn lose_the_answer_to_the_next_request_with(&self, marker: &str) {
         *self.state.marker.lock().unwrap() = Some(marker.as_bytes().to_vec());
+    }
+
+    /// Holds back every answer from the one to the next request whose
+    /// frame contains `marker` on, until [`release_answers`](Self::release_answers):
+    /// a server that is slow to answer, on a connection that stays up.
+    pub fn stall_answers_from(&self, marker: &str) {
+        *self.state.stall_marker.lock().unwrap() = Some(marker.as_bytes().to_vec());
+    }
+
+    /// Whether answers are being held back.
+    pub fn answers_stalled(&self) -> bool {
+        self.state.stalled.load(Ordering::SeqCst)
+    }
+
+    /// Lets the held answers through, in order.
+    pub fn release_answers(&self) {
+        self.state.stalled.store(false, Ordering::SeqCst);
     }
 
     pub fn partition(&self) {
@@ -123,6 +146,17 @@ async fn requests(
             hit
         };
         let armed = state.arm.swap(false, Ordering::SeqCst) || marked;
+        {
+            let mut stall = state.stall_marker.lock().unwrap();
+            if stall
+                .as_ref()
+                .is_some_and(|m| frame.windows(m.len()).any(|w| w == m.as_slice()))
+            {
+                // Before the request goes: its answer cannot overtake.
+                *stall = None;
+                state.stalled.store(true, Ordering::SeqCst);
+            }
+        }
         to.write_all(&frame).await?;
         if armed {
             state.swallow.store(true, Ordering::SeqCst);
@@ -140,6 +174,9 @@ async fn answers(
     use tokio::io::AsyncWriteExt;
     loop {
         let frame = read_frame(from).await?;
+        while state.stalled.load(Ordering::SeqCst) {
+            tokio::time::sleep(POLL).await;
+        }
         if state.swallow.swap(false, Ordering::SeqCst) {
             state.cuts.fetch_add(1, Ordering::SeqCst);
             return Ok(());

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod held;
 pub mod late;
 pub mod lossy;
 
