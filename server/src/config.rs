@@ -113,6 +113,12 @@ pub struct ServeArgs {
     /// catch it.
     #[arg(long, hide = true, env = "WARDEN_UNSAFE_SKIP_READ_INDEX")]
     pub unsafe_skip_read_index: bool,
+    /// KNOWN-BAD, for tests only: tag ZooKeeper-port writes with an xid
+    /// this server makes, recognised on a second apply only among the
+    /// session's last 64 answers (the scheme before exactly-once writes),
+    /// so a write proposed again after a leader change can apply twice.
+    #[arg(long, hide = true, env = "WARDEN_UNSAFE_BOUNDED_DEDUP")]
+    pub unsafe_bounded_dedup: bool,
     /// Bytes per chunk when a snapshot is streamed to a follower (tests
     /// use small chunks to make a small tree take several).
     #[arg(
@@ -269,6 +275,9 @@ pub struct Config {
     pub clock_offset_file: Option<std::path::PathBuf>,
     /// Known-bad: linearizable reads without ReadIndex (selftest only).
     pub unsafe_skip_read_index: bool,
+    /// Known-bad: ZooKeeper-port writes deduplicated by the last 64
+    /// answers only (tests only).
+    pub unsafe_bounded_dedup: bool,
     /// Chunk size of snapshot transfers.
     pub snapshot_chunk_bytes: usize,
     /// Known-bad: snapshot transfers to damage (tests only).
@@ -428,6 +437,7 @@ impl ServeArgs {
             clock_offset_ms: self.clock_offset_ms,
             clock_offset_file: self.clock_offset_file.clone(),
             unsafe_skip_read_index: self.unsafe_skip_read_index,
+            unsafe_bounded_dedup: self.unsafe_bounded_dedup,
             snapshot_chunk_bytes: self.snapshot_chunk_bytes,
             unsafe_corrupt_snapshot_transfers: self.unsafe_corrupt_snapshot_transfers,
             inline_snapshots: self.inline_snapshots,
