@@ -62,7 +62,13 @@ impl Machine {
     /// A resume's bind applied: the session lives on `conn` from this
     /// epoch on, or the connect is refused (the session is gone, or was
     /// bound elsewhere meanwhile: the client tries again).
-    fn bound(&mut self, conn: u64, session_id: u64, timeout_ms: u32, applied: &Applied) {
+    fn bound(
+        &mut self,
+        conn: crate::watch::ConnId,
+        session_id: u64,
+        timeout_ms: u32,
+        applied: &Applied,
+    ) {
         let zxid = self.tree.applied_index();
         let (TxnResult::SessionBound { epoch: Some(epoch) }, Some(s)) =
             (&applied.result, self.tree.session(session_id))
@@ -227,8 +233,8 @@ impl ReadyHandler for Machine {
             None
         };
         match waiter {
-            Some(Waiter::Connect { conn, timeout_ms }) => match &txn.kind {
-                Some(Kind::CreateSession(cs)) => {
+            Some(Waiter::Connect { conn, timeout_ms }) => {
+                if let Some(Kind::CreateSession(cs)) = &txn.kind {
                     let epoch = self
                         .tree
                         .session(cs.session_id)
@@ -248,8 +254,7 @@ impl ReadyHandler for Machine {
                     );
                     self.clients.set_epoch(conn, epoch);
                 }
-                _ => {}
-            },
+            }
             Some(Waiter::Resume { conn, timeout_ms }) => {
                 if let Some(Kind::BindSession(b)) = &txn.kind {
                     self.bound(conn, b.session_id, timeout_ms, &applied);
