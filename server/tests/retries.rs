@@ -210,21 +210,29 @@ mod zk {
 
     /// A new session on `addr`.
     pub fn connect(addr: &str) -> TcpStream {
+        resume(addr, 0, &[0u8; 16]).0
+    }
+
+    /// Session `sid` (0: a new one) on `addr`: the connection, the
+    /// session id and its password.
+    pub fn resume(addr: &str, sid: i64, passwd: &[u8]) -> (TcpStream, i64, Vec<u8>) {
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         let mut w = Writer::default();
         w.int(0)
             .long(0)
             .int(SESSION_TIMEOUT_MS)
-            .long(0)
-            .buffer(&[0u8; 16])
+            .long(sid)
+            .buffer(passwd)
             .boolean(false);
         send(&mut s, &w.buf);
         let body = recv(&mut s).expect("ConnectResponse");
         let mut r = Reader::new(&body);
         r.int("protocolVersion").unwrap();
         assert!(r.int("timeOut").unwrap() > 0, "session refused");
-        s
+        let sid = r.long("sessionId").unwrap();
+        let passwd = r.buffer("passwd").unwrap();
+        (s, sid, passwd)
     }
 
     /// A create request (open ACL) with `xid`.
@@ -455,4 +463,34 @@ fn the_schedule_finds_the_bounded_dedup() {
         }
     }
     panic!("no payload applied twice in {SCHEDULE_ATTEMPTS_MAX} runs");
+}
+
+/// A ZooKeeper-port session resumed on another server is bound to its new
+/// connection through the log: a write sent afterwards on the connection
+/// it left (still open, on the first server) is refused with
+/// SessionMoved and never applied; the new connection's writes apply.
+#[test]
+fn a_zk_write_on_the_connection_a_session_left_is_refused() {
+    const SESSION_MOVED: i32 = -118;
+    let cluster = Cluster::start(3);
+    let (mut first, sid, passwd) = zk::resume(cluster.zk_addr(1), 0, &[0u8; 16]);
+    zk::send(&mut first, &zk::create(1, "/m", b"", false));
+    assert_eq!(zk::reply(&mut first), Some((1, 0)));
+
+    let (mut second, resumed, _) = zk::resume(cluster.zk_addr(2), sid, &passwd);
+    assert_eq!(resumed, sid);
+    zk::send(&mut second, &zk::create(1, "/m/second", b"", false));
+    assert_eq!(zk::reply(&mut second), Some((1, 0)));
+
+    zk::send(&mut first, &zk::create(2, "/m/first", b"", false));
+    assert_eq!(zk::reply(&mut first), Some((2, SESSION_MOVED)));
+
+    let mut reader = RawConn::connect(cluster.addr(3));
+    assert_eq!(reader.handshake(0, vec![]).error, 0);
+    let sync = reader.request(1, Op::Sync(pb::SyncRequest { path: "/m".into() }));
+    assert_eq!(sync.error, 0, "{sync:?}");
+    assert_eq!(
+        children_of(&mut reader, 2, "/m"),
+        vec!["second".to_string()]
+    );
 }
