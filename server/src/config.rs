@@ -129,6 +129,12 @@ pub struct ServeArgs {
         env = "WARDEN_UNSAFE_LOSE_REMOVAL_PROPOSALS"
     )]
     pub unsafe_lose_removal_proposals: u64,
+    /// KNOWN-BAD, for tests only: tag ZooKeeper-port writes with an xid
+    /// this server makes, recognised on a second apply only among the
+    /// session's last 64 answers (the scheme before exactly-once writes),
+    /// so a write proposed again after a leader change can apply twice.
+    #[arg(long, hide = true, env = "WARDEN_UNSAFE_BOUNDED_DEDUP")]
+    pub unsafe_bounded_dedup: bool,
     /// Bytes per chunk when a snapshot is streamed to a follower (tests
     /// use small chunks to make a small tree take several).
     #[arg(
@@ -290,6 +296,9 @@ pub struct Config {
     pub unsafe_keep_removals_across_roles: bool,
     /// Tests only: removal proposals to lose.
     pub unsafe_lose_removal_proposals: u64,
+    /// Known-bad: ZooKeeper-port writes deduplicated by the last 64
+    /// answers only (tests only).
+    pub unsafe_bounded_dedup: bool,
     /// Chunk size of snapshot transfers.
     pub snapshot_chunk_bytes: usize,
     /// Known-bad: snapshot transfers to damage (tests only).
@@ -451,6 +460,7 @@ impl ServeArgs {
             unsafe_skip_read_index: self.unsafe_skip_read_index,
             unsafe_keep_removals_across_roles: self.unsafe_keep_removals_across_roles,
             unsafe_lose_removal_proposals: self.unsafe_lose_removal_proposals,
+            unsafe_bounded_dedup: self.unsafe_bounded_dedup,
             snapshot_chunk_bytes: self.snapshot_chunk_bytes,
             unsafe_corrupt_snapshot_transfers: self.unsafe_corrupt_snapshot_transfers,
             inline_snapshots: self.inline_snapshots,

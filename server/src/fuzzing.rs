@@ -614,7 +614,7 @@ fn raft_messages(snapshot: &[u8]) -> Vec<RaftMessage> {
             kind: Some(proto::txn::Kind::Noop(proto::NoopTxn {})),
             session_id: SESSION_ID,
             xid: 4,
-            auth: None,
+            ..Default::default()
         }),
     };
     let mut heartbeat = RaftMessage::default();

@@ -44,6 +44,14 @@ pub const SESSIONS_MAX: usize = 100_000;
 /// Requests one connection may have unanswered before the server stops
 /// reading from it. ZooKeeper's `globalOutstandingLimit` default.
 pub const OUTSTANDING_REQUESTS_MAX: usize = 1000;
+/// Answers of ZooKeeper-door writes one session keeps in the replicated
+/// tree until the server that sent them acknowledges them
+/// (`tree/writes.rs`): room for several full pipelines of
+/// [`OUTSTANDING_REQUESTS_MAX`]. Only a backstop: a server acknowledges
+/// with every write. Past it the oldest answers go; the writes still
+/// never apply twice. A constant, not a flag: every replica must drop
+/// the same answers.
+pub const SESSION_ANSWERS_MAX: usize = 4 * OUTSTANDING_REQUESTS_MAX;
 /// Watches one session may hold on this server. High enough for a cache of
 /// a large tree (Curator's TreeCache holds two per node); each watch costs
 /// ~200 bytes, so one session stays within ~20 MiB.

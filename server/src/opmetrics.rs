@@ -37,6 +37,15 @@ pub struct OpMetrics {
     pub session_expiries: Counter,
     /// Leader snapshots this server installed in place of its log.
     pub snapshot_installs: Counter,
+    /// Client writes whose entry this server applied as a second copy of
+    /// an applied write (proposed again after a leader change, or a
+    /// native retry), changing nothing (`tree/writes.rs`).
+    pub duplicate_writes: Counter,
+    /// Client writes this server applied as refused: sent on a
+    /// connection the session has left, or after a later write of the
+    /// session applied (a lost place, or a copy of a write applied long
+    /// before). Nothing changed.
+    pub refused_writes: Counter,
     /// Raft heartbeat round trips to each peer, as the leader sees them.
     peer_rtt: Family<PeerLabel, Histogram, fn() -> Histogram>,
     /// Every recognised lock's figures, recorded where entries apply
@@ -65,6 +74,8 @@ impl Default for OpMetrics {
             append_batch_entries: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
             session_expiries: Counter::default(),
             snapshot_installs: Counter::default(),
+            duplicate_writes: Counter::default(),
+            refused_writes: Counter::default(),
             peer_rtt: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             locks: Default::default(),
         }
@@ -118,6 +129,16 @@ impl OpMetrics {
             "snapshot_installs",
             "Leader snapshots this server installed in place of its log (it had fallen too far behind, or was new)",
             self.snapshot_installs.clone(),
+        );
+        registry.register(
+            "duplicate_writes",
+            "Client writes applied here as a second copy of an applied write (proposed again after a leader change, or retried), answered from the first and changing nothing",
+            self.duplicate_writes.clone(),
+        );
+        registry.register(
+            "refused_writes",
+            "Client writes applied here as refused, changing nothing: sent on a connection the session has left, or after a later write of the session applied",
+            self.refused_writes.clone(),
         );
         registry.register(
             "peer_rtt_seconds",

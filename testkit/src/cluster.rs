@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
+use crate::front::Front;
 use crate::ports::{free_ports, PORT_ATTEMPTS_MAX};
 use crate::process::{keep_on_panic, Membership, Process};
 use crate::{wait_until, ServerOptions, READY_TIMEOUT};
@@ -46,6 +47,23 @@ impl Cluster {
     /// members') that are not started: [`Cluster::launch_spare`] starts one
     /// with `--join`, to be added with a membership change.
     pub fn start_with_spares(nodes: usize, spares: usize, opts: ServerOptions) -> Cluster {
+        Self::start_fronted(nodes, spares, opts, false).0
+    }
+
+    /// Like [`Cluster::start_with`], with a [`Front`] before each node's
+    /// peer port (`fronts[i - 1]` before node `i`'s): the other members
+    /// reach node `i` only through it, so cutting it cuts node `i` off one
+    /// way (it hears no member; what it sends still arrives).
+    pub fn start_with_fronts(nodes: usize, opts: ServerOptions) -> (Cluster, Vec<Front>) {
+        Self::start_fronted(nodes, 0, opts, true)
+    }
+
+    fn start_fronted(
+        nodes: usize,
+        spares: usize,
+        opts: ServerOptions,
+        fronted: bool,
+    ) -> (Cluster, Vec<Front>) {
         assert!(nodes >= 1, "a cluster needs at least one node");
         let members = nodes;
         let nodes = members + spares;
@@ -58,11 +76,11 @@ impl Cluster {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let mut cluster = Self::build(&dir, members, nodes, &opts);
+            let (mut cluster, fronts) = Self::build(&dir, members, nodes, &opts, fronted);
             match cluster.try_restart_many(&(1..=members).collect::<Vec<_>>()) {
                 Ok(()) => {
                     cluster.dir = Some(dir);
-                    return cluster;
+                    return (cluster, fronts);
                 }
                 Err(e) if attempt < PORT_ATTEMPTS_MAX && e.contains("Address already in use") => {
                     drop(cluster);
@@ -83,12 +101,25 @@ impl Cluster {
         members: usize,
         nodes: usize,
         opts: &ServerOptions,
-    ) -> Cluster {
+        fronted: bool,
+    ) -> (Cluster, Vec<Front>) {
         // Client, peer, HTTP and ZooKeeper port of each node, all distinct.
         let ports = free_ports(nodes * 4);
         let addr = |port: u16| format!("127.0.0.1:{port}");
+        let fronts: Vec<Front> = if fronted {
+            (1..=nodes)
+                .map(|id| Front::start(&addr(ports[4 * (id - 1) + 1])))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // Where the others reach node `id`'s peer port.
+        let reach = |id: usize| match fronts.get(id - 1) {
+            Some(front) => front.addr().to_string(),
+            None => addr(ports[4 * (id - 1) + 1]),
+        };
         let peer_list = |ids: std::ops::RangeInclusive<usize>| {
-            ids.map(|id| format!("{id}={}", addr(ports[4 * (id - 1) + 1])))
+            ids.map(|id| format!("{id}={}", reach(id)))
                 .collect::<Vec<_>>()
                 .join(",")
         };
@@ -120,10 +151,13 @@ impl Cluster {
                 process
             })
             .collect();
-        Cluster {
-            nodes: processes,
-            dir: None,
-        }
+        (
+            Cluster {
+                nodes: processes,
+                dir: None,
+            },
+            fronts,
+        )
     }
 
     /// Replaces node `i`'s extra flags (from [`ServerOptions::extra_args`])

@@ -29,6 +29,7 @@
 
 mod cluster;
 pub mod debian;
+mod front;
 mod ports;
 mod process;
 pub mod python;
@@ -39,6 +40,7 @@ pub mod tls;
 mod wait;
 
 pub use cluster::{Cluster, LEADER_TIMEOUT};
+pub use front::Front;
 pub use ports::free_ports;
 pub use process::{binary, ServerOptions, READY_TIMEOUT, STOP_TIMEOUT};
 pub use server::Server;

@@ -23,7 +23,7 @@ use super::Machine;
 use crate::proto::{self, peer_frame, txn::Kind, CloseReason, PeerFrame, Proposal, Txn};
 use crate::raft::snapstream::Descriptor;
 use crate::raft::{ReadyHandler, Undelivered};
-use crate::tree::{DataTree, TxnResult};
+use crate::tree::{Applied, DataTree, TxnResult};
 
 impl Machine {
     /// The tree's record of a conf change at `index` (an addition without
@@ -56,6 +56,58 @@ impl Machine {
             // A snapshot that includes the new member is taken at once, so
             // it can be initialized from it.
             self.snapshot_wanted = true;
+        }
+    }
+
+    /// A resume's bind applied: the session lives on `conn` from this
+    /// epoch on, or the connect is refused (the session is gone, or was
+    /// bound elsewhere meanwhile: the client tries again).
+    fn bound(
+        &mut self,
+        conn: crate::watch::ConnId,
+        session_id: u64,
+        timeout_ms: u32,
+        applied: &Applied,
+    ) {
+        let zxid = self.tree.applied_index();
+        let (TxnResult::SessionBound { epoch: Some(epoch) }, Some(s)) =
+            (&applied.result, self.tree.session(session_id))
+        else {
+            if self.tree.session(session_id).is_none() {
+                let message = format!("session {session_id:#x} has expired or never existed");
+                self.clients.refuse_connect(
+                    conn,
+                    ErrorCode::SessionExpired,
+                    message,
+                    zxid,
+                    self.node_id,
+                );
+            } else {
+                // Bound elsewhere meanwhile: not an expiry; the client
+                // tries again.
+                self.clients
+                    .drop_conn(conn, "session bound to another connection meanwhile");
+            }
+            return;
+        };
+        let resp = pb::ConnectResponse {
+            error: ErrorCode::Ok as i32,
+            message: String::new(),
+            session_id,
+            password: s.password.clone(),
+            timeout_ms,
+            zxid,
+            server_id: self.node_id,
+            read_only: false,
+        };
+        if self.clients.bind_session(conn, session_id) {
+            self.clients.set_epoch(conn, *epoch);
+            self.sessions.touch(session_id, Instant::now());
+            debug!(
+                session_id = format_args!("{session_id:#x}"),
+                epoch, "session resumed"
+            );
+            self.clients.push(conn, frames::connect(resp));
         }
     }
 }
@@ -149,13 +201,28 @@ impl ReadyHandler for Machine {
             Some(Kind::GuardedDelete(g)) => self.leading.removal_applied(&g.path),
             _ => {}
         }
-        if let TxnResult::Duplicate { .. } = applied.result {
-            debug!(
-                zxid,
-                session_id = format_args!("{:#x}", txn.session_id),
-                xid = txn.xid,
-                "retried write answered from its first apply"
-            );
+        match applied.result {
+            TxnResult::Duplicate { .. } => {
+                self.op_metrics.duplicate_writes.inc();
+                debug!(
+                    zxid,
+                    session_id = format_args!("{:#x}", txn.session_id),
+                    xid = txn.xid,
+                    seq = txn.seq,
+                    "a write's second copy answered from its first apply"
+                );
+            }
+            TxnResult::Stale { .. } | TxnResult::Moved { .. } => {
+                self.op_metrics.refused_writes.inc();
+                debug!(
+                    zxid,
+                    session_id = format_args!("{:#x}", txn.session_id),
+                    xid = txn.xid,
+                    seq = txn.seq,
+                    "a write out of its session's order refused"
+                );
+            }
+            _ => {}
         }
 
         let waiter = if proposal.origin_node == self.node_id && proposal.request_id != 0 {
@@ -166,6 +233,10 @@ impl ReadyHandler for Machine {
         match waiter {
             Some(Waiter::Connect { conn, timeout_ms }) => {
                 if let Some(Kind::CreateSession(cs)) = &txn.kind {
+                    let epoch = self
+                        .tree
+                        .session(cs.session_id)
+                        .map_or(0, |s| s.writes.epoch);
                     self.clients.session_created(
                         conn,
                         pb::ConnectResponse {
@@ -179,9 +250,18 @@ impl ReadyHandler for Machine {
                             read_only: false,
                         },
                     );
+                    self.clients.set_epoch(conn, epoch);
+                }
+            }
+            Some(Waiter::Resume { conn, timeout_ms }) => {
+                if let Some(Kind::BindSession(b)) = &txn.kind {
+                    self.bound(conn, b.session_id, timeout_ms, &applied);
                 }
             }
             Some(Waiter::Request { conn }) => {
+                if txn.seq != 0 {
+                    self.clients.write_settled(conn, txn.epoch, txn.seq);
+                }
                 let frame = match applied.answer {
                     Some(answer) => frames::of_response(answer),
                     None => frames::response(
@@ -241,6 +321,7 @@ impl ReadyHandler for Machine {
         for (request_id, waiter, answer) in self.proposals.settled_in(&self.tree) {
             match (waiter, answer) {
                 (Waiter::Connect { conn, timeout_ms }, Settled::Session(id, password)) => {
+                    let epoch = self.tree.session(id).map_or(0, |s| s.writes.epoch);
                     self.clients.session_created(
                         conn,
                         pb::ConnectResponse {
@@ -254,6 +335,7 @@ impl ReadyHandler for Machine {
                             read_only: false,
                         },
                     );
+                    self.clients.set_epoch(conn, epoch);
                 }
                 (Waiter::Request { conn }, Settled::Answer(response)) => {
                     let frame = frames::of_response(response);

@@ -87,6 +87,18 @@ pub(super) struct Conn {
     timing: VecDeque<(&'static str, Instant)>,
     /// Packets, latencies and last operation (ZooKeeper's `cons`).
     figures: ConnFigures,
+    /// The identity of its ZooKeeper-door writes (`tree/writes.rs`).
+    writes: ConnWrites,
+}
+
+/// Where a connection's write sequence stands: the session's epoch on it
+/// (the zxid that bound the session here), the sequence of its latest
+/// write, and the highest sequence whose answer is settled.
+#[derive(Debug, Clone, Copy, Default)]
+struct ConnWrites {
+    epoch: u64,
+    last_seq: u64,
+    acked_seq: u64,
 }
 
 impl Conn {
@@ -151,6 +163,7 @@ impl Clients {
                 out,
                 closed,
                 session: None,
+                writes: ConnWrites::default(),
                 read_only: false,
                 can_be_read_only: false,
                 ids: Arc::new(ids),
@@ -272,6 +285,35 @@ impl Clients {
             c.session = Some(session);
         }
         true
+    }
+
+    /// The session on `conn` was bound to it at `epoch`: its writes count
+    /// from 1 again.
+    pub fn set_epoch(&mut self, conn: ConnId, epoch: u64) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.writes = ConnWrites {
+                epoch,
+                ..ConnWrites::default()
+            };
+        }
+    }
+
+    /// The identity of `conn`'s next write: (epoch, sequence, acknowledged
+    /// sequence).
+    pub fn next_write(&mut self, conn: ConnId) -> Option<(u64, u64, u64)> {
+        let w = &mut self.conns.get_mut(&conn)?.writes;
+        w.last_seq += 1;
+        Some((w.epoch, w.last_seq, w.acked_seq))
+    }
+
+    /// `conn`'s write `seq` of `epoch` is answered: the tree may forget
+    /// its answer (told with the next write).
+    pub fn write_settled(&mut self, conn: ConnId, epoch: u64, seq: u64) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            if c.writes.epoch == epoch {
+                c.writes.acked_seq = c.writes.acked_seq.max(seq);
+            }
+        }
     }
 
     /// The client of `conn` accepts a read-only session.

@@ -109,7 +109,8 @@ pub const PEER_INBOX_MAX: usize = 1024;
 pub enum Door {
     Native,
     /// ZooKeeper clients restart their xids on every connection, so a
-    /// (session, xid) pair does not identify a write: no retry dedupe.
+    /// (session, xid) pair does not identify a write: the server numbers
+    /// the connection's writes itself (`tree/writes.rs`).
     ZooKeeper,
 }
 
@@ -379,6 +380,9 @@ impl Core {
         proposals::set_clock_offset_ms(cfg.clock_offset_ms);
         if cfg.unsafe_skip_read_index {
             warn!("--unsafe-skip-read-index: linearizable reads are served without ReadIndex and may be stale; a known-bad mode for testing the test suite only");
+        }
+        if cfg.unsafe_bounded_dedup {
+            warn!("--unsafe-bounded-dedup: ZooKeeper-port writes proposed again after a leader change may apply twice; a known-bad mode for tests only");
         }
         let clients = Clients::new(cfg.limits, op_metrics.clone());
         let leading = leading::Leading::new(
@@ -743,6 +747,8 @@ impl Core {
                         self.m.node_id,
                     );
                 }
+                // Not an expiry: the client tries again, here or elsewhere.
+                Waiter::Resume { conn, .. } => self.m.clients.drop_conn(conn, "resume not bound"),
                 Waiter::Request { conn } => {
                     self.m
                         .clients

@@ -31,6 +31,8 @@ pub const CONF_CHANGE_RETRY: Duration = Duration::from_secs(1);
 pub enum Waiter {
     /// A new session for this connection.
     Connect { conn: ConnId, timeout_ms: u32 },
+    /// A resumed session's bind to this connection (ZooKeeper door).
+    Resume { conn: ConnId, timeout_ms: u32 },
     /// A write request (or membership change) in `conn`'s queue.
     Request { conn: ConnId },
 }
@@ -308,9 +310,7 @@ impl Proposals {
                 (Waiter::Connect { .. }, Some(crate::proto::txn::Kind::CreateSession(cs))) => tree
                     .session(cs.session_id)
                     .map(|s| Settled::Session(cs.session_id, s.password.clone())),
-                (Waiter::Request { .. }, _) => tree
-                    .recorded_answer(txn.session_id, txn.xid)
-                    .map(Settled::Answer),
+                (Waiter::Request { .. }, _) => tree.recorded_answer(&txn).map(Settled::Answer),
                 _ => None,
             };
             if let Some(found) = found {

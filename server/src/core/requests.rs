@@ -124,6 +124,9 @@ impl Core {
                     Err(f) => self.refuse_connect(conn, f.code, f.message),
                 }
             }
+            Handshake::Resume(resp) if self.binds_on_resume(conn) => {
+                self.bind_resumed(conn, resp);
+            }
             Handshake::Resume(resp) => {
                 let id = resp.session_id;
                 self.m.clients.bind_session(conn, id);
@@ -132,6 +135,61 @@ impl Core {
                 self.m.clients.push(conn, frames::connect(resp));
             }
         }
+    }
+
+    /// Whether a resume on `conn` binds the session to it through the
+    /// log: on the ZooKeeper door, whose writes the tree tells apart by the
+    /// epoch of the connection they came on (`tree/writes.rs`). Native
+    /// clients number their writes over the whole session themselves.
+    fn binds_on_resume(&self, conn: ConnId) -> bool {
+        !self.m.cfg.unsafe_bounded_dedup
+            && self
+                .m
+                .clients
+                .get(conn)
+                .is_some_and(|c| c.door == Door::ZooKeeper)
+    }
+
+    /// Proposes to bind the resumed session to `conn`; the connect is
+    /// answered when the bind applies (`resp` is what the tree holds now).
+    /// From then on, a write the session sent on the connection it left is
+    /// refused, however late it comes.
+    fn bind_resumed(&mut self, conn: ConnId, resp: pb::ConnectResponse) {
+        let session_id = resp.session_id;
+        let expected_epoch = self
+            .m
+            .tree
+            .session(session_id)
+            .map_or(0, |s| s.writes.epoch);
+        let request_id = self.m.proposals.next_id();
+        let txn = Txn {
+            kind: Some(Kind::BindSession(proto::BindSessionTxn {
+                session_id,
+                expected_epoch,
+            })),
+            ..Default::default()
+        };
+        // As a write: held for the next leader when none is known, and
+        // proposed again after a leader change (a second copy finds the
+        // epoch changed and changes nothing).
+        let proposal = self.m.proposals.encode(self.m.node_id, request_id, txn);
+        let handed = match self.raft.propose(proposal.clone()) {
+            Ok(()) => true,
+            Err(e) => {
+                debug!(error = %e, "no leader for a resume; it waits for the next one");
+                false
+            }
+        };
+        self.m.proposals.register(
+            request_id,
+            Waiter::Resume {
+                conn,
+                timeout_ms: resp.timeout_ms,
+            },
+            Some(proposal),
+            handed,
+            Instant::now(),
+        );
     }
 
     pub(super) fn refuse_connect(&mut self, conn: ConnId, code: ErrorCode, message: String) {
@@ -276,11 +334,24 @@ impl Core {
                 });
                 let request_id = self.m.proposals.next_id();
                 // Tagged so that a retry of this xid, or a proposal made
-                // again after a leader change, is applied at most once.
-                txn.xid = match door {
-                    Door::Native => xid,
-                    Door::ZooKeeper => SERVER_XID_BIT | request_id,
-                };
+                // again after a leader change, is applied at most once
+                // (`tree/writes.rs`): a native client's own xid, or the
+                // connection's epoch and the write's sequence on it.
+                match door {
+                    Door::Native => txn.xid = xid,
+                    // `--unsafe-bounded-dedup` (tests only): the old
+                    // scheme, a server-made xid only the session's last
+                    // answers recognise.
+                    Door::ZooKeeper if self.m.cfg.unsafe_bounded_dedup => {
+                        txn.xid = SERVER_XID_BIT | request_id;
+                    }
+                    Door::ZooKeeper => {
+                        let Some((epoch, seq, acked_seq)) = self.m.clients.next_write(conn) else {
+                            return;
+                        };
+                        (txn.epoch, txn.seq, txn.acked_seq) = (epoch, seq, acked_seq);
+                    }
+                }
                 self.write_slot(conn, xid, request_id, txn)
             }
             Plan::Close => {
@@ -404,13 +475,17 @@ impl Core {
         }
     }
 
-    /// Proposes a client's write, tagged with its session and an xid (the
-    /// client's, or one this server made): it is recognised on a second
-    /// apply, so it is proposed again after a leader change, and one that
+    /// Proposes a client's write, tagged with its session and its identity
+    /// (the client's xid, or the connection's epoch and sequence): it is
+    /// recognised on a second apply, so it is proposed again after a
+    /// leader change, and one that
     /// raft refuses now (no leader known: an election) waits for the next
     /// leader instead of failing, within [`super::PROPOSAL_TIMEOUT`].
     fn write_slot(&mut self, conn: ConnId, xid: u64, request_id: u64, txn: Txn) -> Slot {
-        debug_assert!(txn.session_id != 0 && txn.xid != 0, "untagged client write");
+        debug_assert!(
+            txn.session_id != 0 && (txn.xid != 0 || txn.seq != 0),
+            "untagged client write"
+        );
         let proposal = self.m.proposals.encode(self.m.node_id, request_id, txn);
         let handed = match self.raft.propose(proposal.clone()) {
             Ok(()) => true,

@@ -292,6 +292,15 @@ pub fn write_response(result: TxnResult, txn: &Txn) -> Result<Option<Res>, Failu
         TxnResult::Multi(outcome) => multi::response(outcome, txn),
         // Answered from the stored response by the tree, never here.
         TxnResult::Duplicate { .. } => Ok(None),
+        TxnResult::Stale { latest_xid } if txn.seq != 0 => Err(Failure::new(
+            ErrorCode::SessionMoved,
+            format!(
+                "write {} of this session's connection arrived after its write {latest_xid} \
+                 was applied (it lost its place in a leader change, or is a copy of a write \
+                 applied before); not applied",
+                txn.seq
+            ),
+        )),
         TxnResult::Stale { latest_xid } => Err(Failure::new(
             ErrorCode::SessionMoved,
             format!(
@@ -301,7 +310,15 @@ pub fn write_response(result: TxnResult, txn: &Txn) -> Result<Option<Res>, Failu
                 txn.xid
             ),
         )),
+        TxnResult::Moved { epoch } => Err(Failure::new(
+            ErrorCode::SessionMoved,
+            format!(
+                "the session was resumed on another connection (at zxid {epoch}) after this \
+                 write was sent; not applied"
+            ),
+        )),
         TxnResult::SessionCreated
+        | TxnResult::SessionBound { .. }
         | TxnResult::SessionClosed { .. }
         | TxnResult::GuardedDelete { .. }
         | TxnResult::Noop => Ok(None),

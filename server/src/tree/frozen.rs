@@ -217,18 +217,24 @@ fn snapshot_node(path: &str, n: &Node) -> SnapshotNode {
 }
 
 fn snapshot_session(id: u64, s: &SessionInfo) -> SnapshotSession {
+    let result = |(xid, response): (&u64, &Vec<u8>)| RecentResult {
+        xid: *xid,
+        response: response.clone(),
+    };
     SnapshotSession {
         session_id: id,
         password: s.password.clone(),
         timeout_ms: s.timeout_ms,
         recent: s
+            .writes
             .recent
             .iter()
-            .map(|(xid, response)| RecentResult {
-                xid: *xid,
-                response: response.clone(),
-            })
+            .map(|(x, r)| result((x, r)))
             .collect(),
+        applied_xid: s.writes.applied_xid,
+        epoch: s.writes.epoch,
+        applied_seq: s.writes.applied_seq,
+        answers: s.writes.answers.iter().map(result).collect(),
     }
 }
 

@@ -61,6 +61,7 @@ mod node;
 pub mod quota;
 mod snapshot;
 mod txn;
+pub mod writes;
 
 #[cfg(test)]
 mod acl_tests;
@@ -72,6 +73,8 @@ mod proptests;
 mod quota_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod writes_tests;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;

@@ -149,27 +149,26 @@ pub(super) fn len_u32(len: usize) -> u32 {
     u32::try_from(len).unwrap_or(u32::MAX)
 }
 
-/// A replicated session record. Only its existence matters to the tree
+/// A replicated session record. Its existence matters to the tree
 /// (ephemeral creates need a live owner); the password and timeout are kept
-/// so that any replica can resume the session after a leader change.
+/// so that any replica can resume the session after a leader change; its
+/// writes' record judges every client write of the session new, duplicate
+/// or stale (see [`super::writes`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionInfo {
     pub password: Vec<u8>,
     pub timeout_ms: u32,
-    /// The session's latest write results (xid, encoded response), oldest
-    /// first, at most [`RECENT_RESULTS_MAX`]: a retried xid found here is
-    /// answered from here instead of being applied twice.
-    pub recent: std::collections::VecDeque<(u64, Vec<u8>)>,
+    pub writes: super::writes::SessionWrites,
 }
 
-/// Write results remembered per session for idempotent retries. A client
-/// retries what was in flight when its connection broke; this bounds how
-/// many of those can be recognised.
+/// Native-door write answers remembered per session for a client's
+/// retries (same xid on a new connection): a retry of one of the latest
+/// this many gets its original answer. Whether a write applies never
+/// depends on it: the session's highest applied xid decides that.
 pub const RECENT_RESULTS_MAX: usize = 64;
 
-/// Set in the xid of a write whose client gives no usable xid (the
-/// ZooKeeper door: its clients restart their xids on every connection):
-/// the server that received it tags it with this bit and a request id of
-/// its own, so that proposing it again after a leader change applies it
-/// at most once too. Such xids carry no order: they are never stale.
+/// Set in the xid of a server-made txn of a client's session (a close) and,
+/// under `--unsafe-bounded-dedup` only, of ZooKeeper-door writes (the old
+/// scheme): such xids carry no order, they are never stale, and only the
+/// session's last [`RECENT_RESULTS_MAX`] answers recognise a second apply.
 pub const SERVER_XID_BIT: u64 = 1 << 63;

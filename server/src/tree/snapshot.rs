@@ -87,19 +87,26 @@ impl DataTree {
             if s.session_id == 0 {
                 return Err(SnapshotError::ReservedSessionId);
             }
-            let skip = s
-                .recent
-                .len()
-                .saturating_sub(super::node::RECENT_RESULTS_MAX);
+            let writes = super::writes::SessionWrites {
+                applied_xid: s.applied_xid,
+                recent: s.recent.into_iter().map(|r| (r.xid, r.response)).collect(),
+                epoch: s.epoch,
+                applied_seq: s.applied_seq,
+                answers: s.answers.into_iter().map(|r| (r.xid, r.response)).collect(),
+            }
+            .restored();
+            let newest_answer = writes.answers.keys().next_back().copied().unwrap_or(0);
+            if writes.epoch > snap.applied_index || newest_answer > writes.applied_seq {
+                return Err(SnapshotError::Inconsistent(format!(
+                    "session {:#x}: epoch {} (applied index {}), an answer for write {newest_answer} \
+                     above the highest applied {}",
+                    s.session_id, writes.epoch, snap.applied_index, writes.applied_seq
+                )));
+            }
             let info = SessionInfo {
                 password: s.password,
                 timeout_ms: s.timeout_ms,
-                recent: s
-                    .recent
-                    .into_iter()
-                    .skip(skip)
-                    .map(|r| (r.xid, r.response))
-                    .collect(),
+                writes,
             };
             if sessions.insert(s.session_id, Arc::new(info)).is_some() {
                 return Err(SnapshotError::DuplicateSession {

@@ -21,10 +21,11 @@ use warden_protocol::pb::{self, Acl, ErrorCode, EventType, Stat};
 use warden_protocol::{path, perms, DATA_BYTES_MAX};
 
 use super::node::Node;
+use super::writes::{SessionWrites, Verdict};
 use super::{DataTree, ROOT};
 use crate::proto::{
-    multi_txn_op, txn, AuthId, CheckTxn, CloseSessionTxn, CreateSessionTxn, CreateTxn, DeleteTxn,
-    GuardedDeleteTxn, MultiTxn, SetAclTxn, SetDataTxn, Txn,
+    multi_txn_op, txn, AuthId, BindSessionTxn, CheckTxn, CloseSessionTxn, CreateSessionTxn,
+    CreateTxn, DeleteTxn, GuardedDeleteTxn, MultiTxn, SetAclTxn, SetDataTxn, Txn,
 };
 
 /// Why an operation was refused, naming the path it concerns.
@@ -95,19 +96,32 @@ pub enum TxnResult {
     GuardedDelete {
         deleted: bool,
     },
-    /// The session already applied this xid: nothing changed; this is the
-    /// answer it got then (an encoded wire `Response`).
+    /// The session already applied this write (same xid, or same epoch
+    /// and sequence): nothing changed; this is the answer it got then (an
+    /// encoded wire `Response`).
     Duplicate {
         response: Vec<u8>,
     },
-    /// The session already applied a later write (`latest_xid`): this one
-    /// arrived out of order — a request left behind on a server the
-    /// session moved away from (its client was told the connection was
-    /// lost), or one that lost its place in a leader change. Applying it
-    /// now would reorder the session's writes (and could, say, make a lock
-    /// contender node nobody waits on); nothing changed.
+    /// The session already applied a later write (`latest_xid`: its xid,
+    /// or its sequence on the connection): this one arrived out of order
+    /// — a request left behind on a server the session moved away from
+    /// (its client was told the connection was lost), one that lost its
+    /// place in a leader change, or a copy of a write applied so long ago
+    /// that its answer is no longer kept. Applying it now would reorder
+    /// the session's writes (and could, say, make a lock contender node
+    /// nobody waits on); nothing changed.
     Stale {
         latest_xid: u64,
+    },
+    /// A ZooKeeper-door write sent on a connection the session has left
+    /// (it was bound to another at `epoch` since): nothing changed.
+    Moved {
+        epoch: u64,
+    },
+    /// A bind applied: the session's new epoch; `None`: not bound (the
+    /// session is gone, or moved since the resuming server looked).
+    SessionBound {
+        epoch: Option<u64>,
     },
     Noop,
 }
@@ -236,36 +250,27 @@ impl DataTree {
             triggers: Vec::new(),
             auth: txn.auth.as_ref().map(|a| a.ids.clone()),
         };
-        if let Some(response) = self.recent_result(txn.session_id, txn.xid) {
-            self.applied_index = zxid;
-            let answer = pb::Response::decode(&response[..]).ok();
-            return Applied {
-                result: TxnResult::Duplicate { response },
-                triggers: Vec::new(),
-                deleted_acls: Vec::new(),
-                answer,
-            };
-        }
-        if let Some(latest_xid) = self.later_write(txn.session_id, txn.xid) {
-            self.applied_index = zxid;
-            let result = TxnResult::Stale { latest_xid };
-            // Answered, not recorded: a stale write changes nothing, and
-            // its retry is just as stale.
-            let answer = Some(crate::ops::response(
-                txn.xid,
-                zxid,
-                crate::ops::write_response(result.clone(), txn),
-            ));
-            return Applied {
-                result,
-                triggers: Vec::new(),
-                deleted_acls: Vec::new(),
-                answer,
-            };
+        match self.judge(txn) {
+            Verdict::New => {}
+            Verdict::Duplicate(response) => {
+                self.applied_index = zxid;
+                let answer = pb::Response::decode(&response[..]).ok();
+                return Applied {
+                    result: TxnResult::Duplicate { response },
+                    triggers: Vec::new(),
+                    deleted_acls: Vec::new(),
+                    answer,
+                };
+            }
+            Verdict::Stale { latest } => {
+                return self.refused(zxid, txn, TxnResult::Stale { latest_xid: latest })
+            }
+            Verdict::Moved { epoch } => return self.refused(zxid, txn, TxnResult::Moved { epoch }),
         }
         let result = match &txn.kind {
             None | Some(txn::Kind::Noop(_)) => TxnResult::Noop,
-            Some(txn::Kind::CreateSession(t)) => self.create_session(t),
+            Some(txn::Kind::CreateSession(t)) => self.create_session(zxid, t),
+            Some(txn::Kind::BindSession(t)) => self.bind_session(zxid, t),
             Some(txn::Kind::CloseSession(t)) => self.close_session(&mut ctx, t),
             Some(txn::Kind::Create(t)) => TxnResult::Create(self.create(&mut ctx, t)),
             Some(txn::Kind::Delete(t)) => TxnResult::Delete(self.delete(&mut ctx, t)),
@@ -302,11 +307,41 @@ impl DataTree {
         }
     }
 
-    /// The wire answer of a client write tagged with its session and xid,
-    /// recorded in the session so that a retry gets it again. Every replica
-    /// records the same bytes, so this stays deterministic.
+    /// A client write the session's record refuses: nothing changes. It
+    /// is answered, not recorded: its retry is refused just the same.
+    fn refused(&mut self, zxid: u64, txn: &Txn, result: TxnResult) -> Applied {
+        self.applied_index = zxid;
+        let answer = Some(crate::ops::response(
+            txn.xid,
+            zxid,
+            crate::ops::write_response(result.clone(), txn),
+        ));
+        Applied {
+            result,
+            triggers: Vec::new(),
+            deleted_acls: Vec::new(),
+            answer,
+        }
+    }
+
+    /// What the session's record makes of `txn` (new for a txn of no
+    /// session, or of a session the tree does not have).
+    fn judge(&self, txn: &Txn) -> Verdict {
+        if txn.session_id == 0 {
+            return Verdict::New;
+        }
+        match self.sessions.get(&txn.session_id) {
+            Some(s) => s.writes.judge(txn),
+            None => Verdict::New,
+        }
+    }
+
+    /// The wire answer of a client write tagged with its identity (an xid
+    /// or a sequence), recorded in the session so that a copy of it gets
+    /// it again. Every replica records the same bytes, so this stays
+    /// deterministic.
     fn record_answer(&mut self, zxid: u64, txn: &Txn, result: &TxnResult) -> Option<pb::Response> {
-        if txn.session_id == 0 || txn.xid == 0 {
+        if txn.session_id == 0 || (txn.xid == 0 && txn.seq == 0) {
             return None;
         }
         let answer = crate::ops::response(
@@ -314,59 +349,19 @@ impl DataTree {
             zxid,
             crate::ops::write_response(result.clone(), txn),
         );
-        self.record_result(txn.session_id, txn.xid, answer.encode_to_vec());
+        if let Some(s) = self.session_mut(txn.session_id) {
+            s.writes.applied(txn, answer.encode_to_vec());
+        }
         Some(answer)
     }
 
-    /// The answer the session's write `xid` got, if it is one of the
-    /// session's recent writes (what a retry of it is answered).
-    pub fn recorded_answer(&self, session_id: u64, xid: u64) -> Option<pb::Response> {
-        self.recent_result(session_id, xid)
-            .and_then(|r| pb::Response::decode(&r[..]).ok())
-    }
-
-    /// The answer a session's write `xid` already got, if it is one of the
-    /// session's recent writes.
-    fn recent_result(&self, session_id: u64, xid: u64) -> Option<Vec<u8>> {
-        if session_id == 0 || xid == 0 {
-            return None;
-        }
-        let s = self.sessions.get(&session_id)?;
-        s.recent
-            .iter()
-            .find(|(x, _)| *x == xid)
-            .map(|(_, r)| r.clone())
-    }
-
-    /// The session's latest applied write, if it came after `xid` (a
-    /// session's writes carry increasing xids and apply in that order).
-    fn later_write(&self, session_id: u64, xid: u64) -> Option<u64> {
-        use super::node::SERVER_XID_BIT;
-        if session_id == 0 || xid == 0 || xid & SERVER_XID_BIT != 0 {
-            return None;
-        }
-        let s = self.sessions.get(&session_id)?;
-        let latest = s
-            .recent
-            .iter()
-            .map(|(x, _)| *x)
-            .filter(|x| x & SERVER_XID_BIT == 0)
-            .max()?;
-        (latest > xid).then_some(latest)
-    }
-
-    /// Part of applying the entry that carried the session's write `xid`:
-    /// remembers the answer it got (encoded), so a retry gets it again.
-    pub(super) fn record_result(&mut self, session_id: u64, xid: u64, response: Vec<u8>) {
-        if xid == 0 {
-            return;
-        }
-        if let Some(s) = self.session_mut(session_id) {
-            if s.recent.len() >= super::node::RECENT_RESULTS_MAX {
-                s.recent.pop_front();
-            }
-            s.recent.push_back((xid, response));
-        }
+    /// The answer the session's write `txn` got, if it is kept (what a
+    /// copy of it is answered).
+    pub fn recorded_answer(&self, txn: &Txn) -> Option<pb::Response> {
+        let s = self.sessions.get(&txn.session_id)?;
+        s.writes
+            .answer_of(txn)
+            .and_then(|r| pb::Response::decode(r).ok())
     }
 
     /// Records a log entry that carries no `Txn` (an empty or configuration
@@ -380,7 +375,7 @@ impl DataTree {
         self.applied_index = zxid;
     }
 
-    fn create_session(&mut self, t: &CreateSessionTxn) -> TxnResult {
+    fn create_session(&mut self, zxid: u64, t: &CreateSessionTxn) -> TxnResult {
         // Id 0 means "not ephemeral" in `ephemeral_owner`, so a session with
         // that id could own nodes nobody would ever remove. The leader never
         // hands it out; if a log carries it anyway, ignore it.
@@ -393,10 +388,23 @@ impl DataTree {
             std::sync::Arc::new(super::SessionInfo {
                 password: t.password.clone(),
                 timeout_ms: t.timeout_ms,
-                recent: Default::default(),
+                writes: SessionWrites::new(zxid),
             })
         });
         TxnResult::SessionCreated
+    }
+
+    /// Binds the session to a new connection if it is still as the
+    /// resuming server saw it (see [`BindSessionTxn`]).
+    fn bind_session(&mut self, zxid: u64, t: &BindSessionTxn) -> TxnResult {
+        let epoch = match self.session_mut(t.session_id) {
+            Some(s) if s.writes.epoch == t.expected_epoch => {
+                s.writes.bind(zxid);
+                Some(zxid)
+            }
+            _ => None,
+        };
+        TxnResult::SessionBound { epoch }
     }
 
     fn close_session(&mut self, ctx: &mut Ctx, t: &CloseSessionTxn) -> TxnResult {
