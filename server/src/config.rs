@@ -173,9 +173,14 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", env = "WARDEN_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
     /// CA certificate(s) (PEM) that client and peer certificates must chain
-    /// to. Required for a cluster with TLS: peer links are then mutual TLS.
+    /// to. Required for a cluster with TLS (or --peer-tls-ca): peer links
+    /// are then mutual TLS, each peer's certificate naming its member id.
     #[arg(long, value_name = "FILE", env = "WARDEN_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
+    /// CA certificate(s) (PEM) for peer links alone, in place of --tls-ca
+    /// there: no certificate of the clients' CA can then be a peer's.
+    #[arg(long, value_name = "FILE", env = "WARDEN_PEER_TLS_CA")]
+    pub peer_tls_ca: Option<PathBuf>,
     /// Whether clients must present a certificate from --tls-ca.
     #[arg(long, value_enum, default_value_t = crate::tls::ClientAuth::Optional, env = "WARDEN_TLS_CLIENT_AUTH")]
     pub tls_client_auth: crate::tls::ClientAuth,
@@ -347,6 +352,8 @@ pub enum ConfigError {
     TlsFlags(&'static str),
     #[error("{0}")]
     Tls(#[from] crate::tls::TlsError),
+    #[error("--tls-cert: {0}")]
+    MemberId(String),
     #[error("{flag} must be between {min} and {max}, got {got}")]
     Limit {
         flag: &'static str,
@@ -411,12 +418,16 @@ impl ServeArgs {
         let tls = tls_files(&self)?
             .map(|files| crate::tls::load(&files))
             .transpose()?;
-        if tls.is_some() && self.tls_ca.is_none() && (peers.len() > 1 || self.join) {
+        let cluster = peers.len() > 1 || self.join;
+        if tls.is_some() && self.tls_ca.is_none() && self.peer_tls_ca.is_none() && cluster {
             return Err(ConfigError::TlsFlags(
-                "--tls-ca is required for a cluster with TLS: peers prove they belong with \
-                 certificates from that CA (mutual TLS), so a process without one can neither \
-                 join nor send raft messages",
+                "--tls-ca (or --peer-tls-ca) is required for a cluster with TLS: peers prove \
+                 they belong with certificates from that CA (mutual TLS), so a process without \
+                 one can neither join nor send raft messages",
             ));
+        }
+        if let Some(tls) = &tls {
+            own_member_id(tls, self.id, cluster)?;
         }
         let auth =
             crate::auth::AuthConfig::new(self.super_digest.as_deref(), self.auth_users.as_deref())
@@ -554,6 +565,7 @@ fn tls_files(args: &ServeArgs) -> Result<Option<crate::tls::TlsFiles>, ConfigErr
                 cert: cert.clone(),
                 key: key.clone(),
                 ca: args.tls_ca.clone(),
+                peer_ca: args.peer_tls_ca.clone(),
                 client_auth: args.tls_client_auth,
             }))
         }
@@ -562,12 +574,36 @@ fn tls_files(args: &ServeArgs) -> Result<Option<crate::tls::TlsFiles>, ConfigErr
         (None, None) if args.tls_ca.is_some() => Err(ConfigError::TlsFlags(
             "--tls-ca needs --tls-cert and --tls-key (this server's own certificate)",
         )),
+        (None, None) if args.peer_tls_ca.is_some() => Err(ConfigError::TlsFlags(
+            "--peer-tls-ca needs --tls-cert and --tls-key (this server's own certificate)",
+        )),
         (None, None) if args.tls_client_auth == crate::tls::ClientAuth::Required => {
             Err(ConfigError::TlsFlags(
                 "--tls-client-auth required needs --tls-cert, --tls-key and --tls-ca",
             ))
         }
         (None, None) => Ok(None),
+    }
+}
+
+/// This server's certificate must speak for its own `--id` on peer links
+/// (its peers hold it to the id it names): one naming another member is
+/// refused at start; one naming none is refused for a cluster with peer
+/// TLS (a single server's peer port admits nobody anyway).
+fn own_member_id(tls: &crate::tls::Tls, id: u64, cluster: bool) -> Result<(), ConfigError> {
+    match &tls.member_id {
+        Ok(named) if *named == id => Ok(()),
+        Ok(named) => Err(ConfigError::MemberId(format!(
+            "the certificate speaks for member {named} ({}), but this server is --id {id}; \
+             each node needs a certificate naming its own id",
+            crate::tls::peer_id::node_uri(*named)
+        ))),
+        Err(e) if cluster && tls.peers.is_some() => Err(ConfigError::MemberId(format!(
+            "{e}; peers accept a node's certificate only for the member it names, so this \
+             one needs the URI SAN {} (`warden certs --node n{id}` makes one)",
+            crate::tls::peer_id::node_uri(id)
+        ))),
+        Err(_) => Ok(()),
     }
 }
 
@@ -851,7 +887,7 @@ mod tests {
         args.extend(cluster);
         let e = parse(&args).unwrap_err().to_string();
         assert!(
-            e.contains("--tls-ca is required for a cluster with TLS"),
+            e.contains("--tls-ca (or --peer-tls-ca) is required for a cluster with TLS"),
             "{e}"
         );
         args.extend(["--tls-ca", ca_path]);
@@ -870,5 +906,54 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("TLS set-up"), "{e}");
+    }
+
+    #[test]
+    fn a_node_certificate_must_speak_for_its_own_id() {
+        use crate::tls::certs::{Ca, Role, LOCAL_SANS};
+        let dir = tempfile::tempdir().unwrap();
+        let ca = Ca::open_or_create(dir.path()).unwrap();
+        let sans: Vec<String> = LOCAL_SANS.iter().map(|s| s.to_string()).collect();
+        let ca_path = ca.cert_path();
+        let ca_path = ca_path.to_str().unwrap().to_string();
+        let cluster = "1=127.0.0.1:1,2=127.0.0.1:2,3=127.0.0.1:3";
+        let args = |issued: &crate::tls::certs::Issued, id: &str, peers: Option<&str>| {
+            let mut args = vec![
+                "--id".to_string(),
+                id.to_string(),
+                "--tls-cert".to_string(),
+                issued.cert.to_str().unwrap().to_string(),
+                "--tls-key".to_string(),
+                issued.key.to_str().unwrap().to_string(),
+                "--tls-ca".to_string(),
+                ca_path.clone(),
+            ];
+            if let Some(p) = peers {
+                args.extend(["--peers".to_string(), p.to_string()]);
+            }
+            args
+        };
+        let check = |args: Vec<String>| {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            parse(&args).map(|_| ()).map_err(|e| e.to_string())
+        };
+        let n2 = ca.issue("n2", Role::Node, &sans).unwrap();
+        check(args(&n2, "2", Some(cluster))).unwrap();
+        let e = check(args(&n2, "1", Some(cluster))).unwrap_err();
+        assert!(
+            e.contains("speaks for member 2") && e.contains("--id 1"),
+            "{e}"
+        );
+        // Alone, too: the certificate is not this server's.
+        assert!(check(args(&n2, "1", None)).is_err());
+        // A certificate naming no member: a single server's, not a peer's.
+        for unnamed in [
+            ca.issue("node", Role::Node, &sans).unwrap(),
+            ca.issue("alice", Role::Client, &[]).unwrap(),
+        ] {
+            check(args(&unnamed, "1", None)).unwrap();
+            let e = check(args(&unnamed, "1", Some(cluster))).unwrap_err();
+            assert!(e.contains("names no member id"), "{e}");
+        }
     }
 }

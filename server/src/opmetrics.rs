@@ -22,6 +22,11 @@ struct LimitLabel {
     limit: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: String,
+}
+
 #[derive(Clone, Debug)]
 pub struct OpMetrics {
     requests: Family<OpLabel, Counter>,
@@ -51,6 +56,8 @@ pub struct OpMetrics {
     /// Every recognised lock's figures, recorded where entries apply
     /// (see `crate::lockstats`).
     pub locks: crate::lockstats::LockMetrics,
+    /// Peer connections and frames refused (see `crate::raft::peer_auth`).
+    peer_refused: Family<ReasonLabel, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -78,6 +85,7 @@ impl Default for OpMetrics {
             refused_writes: Counter::default(),
             peer_rtt: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             locks: Default::default(),
+            peer_refused: Family::default(),
         }
     }
 }
@@ -145,7 +153,26 @@ impl OpMetrics {
             "Round trip of the leader's Raft heartbeats to each peer, through the peer links and the peer's core",
             self.peer_rtt.clone(),
         );
+        for refusal in crate::raft::peer_auth::REFUSALS {
+            let _ = self.peer_refused.get_or_create(&ReasonLabel {
+                reason: refusal.name().to_string(),
+            });
+        }
+        registry.register(
+            "peer_refused",
+            "Peer connections and frames refused, by reason: certificate (names no member id), sender (not the member the link is bound to), wrong_peer (a dialled peer proved another id), non_member",
+            self.peer_refused.clone(),
+        );
         self.locks.register(registry);
+    }
+
+    /// One peer connection or frame refused, for `reason`.
+    pub fn peer_refused(&self, reason: &'static str) {
+        self.peer_refused
+            .get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            })
+            .inc();
     }
 
     /// One heartbeat round trip to `peer`.

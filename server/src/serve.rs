@@ -145,14 +145,15 @@ pub async fn serve(
         .enable_all()
         .build()
         .map_err(ServeError::Runtime)?;
+    let op_metrics = crate::opmetrics::OpMetrics::new();
     core_rt.spawn(transport::listen(
         peer_listener,
         peer_tx,
         stop_peers.clone(),
         transport::PeerLinks::of(cfg.tls.as_ref()),
+        op_metrics.clone(),
     ));
 
-    let op_metrics = crate::opmetrics::OpMetrics::new();
     let core = match Core::open(
         cfg.clone(),
         client,

@@ -370,9 +370,9 @@ async fn leader_and_term(cluster: &Cluster, tls: &TlsOptions) -> (u64, u64) {
 
 #[tokio::test]
 async fn a_tls_cluster_replicates_and_survives_a_leader_kill() {
-    let certs = TlsCerts::generate(&["node"], &["alice"]);
+    let certs = TlsCerts::generate_cluster(3, &["alice"]);
     let opts_tls = ServerOptions {
-        extra_args: certs.server_args("node", &[]),
+        extra_args: certs.cluster_args(&[]),
         ..ServerOptions::default()
     };
     let mut cluster = Cluster::start_with(3, opts_tls);
@@ -421,15 +421,17 @@ async fn a_tls_cluster_replicates_and_survives_a_leader_kill() {
 /// streamed on a connection of its own: mutual TLS too.
 #[tokio::test]
 async fn a_tls_cluster_streams_a_snapshot_to_a_far_behind_follower() {
-    let certs = TlsCerts::generate(&["node"], &["alice"]);
+    let certs = TlsCerts::generate_cluster(3, &["alice"]);
     let mut cluster = Cluster::start_with(
         3,
         ServerOptions {
             snapshot_entries: Some(10),
-            extra_args: certs.server_args(
-                "node",
-                &["--max-log-bytes", "0", "--snapshot-chunk-bytes", "1024"],
-            ),
+            extra_args: certs.cluster_args(&[
+                "--max-log-bytes",
+                "0",
+                "--snapshot-chunk-bytes",
+                "1024",
+            ]),
             ..ServerOptions::default()
         },
     );
@@ -573,13 +575,13 @@ async fn frames_from_non_members_are_dropped() {
 
 #[tokio::test]
 async fn peers_without_the_cluster_certificate_cannot_join_or_disturb_it() {
-    let certs = TlsCerts::generate(&["node"], &["alice"]);
-    let other = TlsCerts::generate(&["node"], &[]);
+    let certs = TlsCerts::generate_cluster(3, &["alice"]);
+    let other = TlsCerts::generate(&["n4"], &[]);
     let mut cluster = Cluster::start_with_spares(
         3,
         1,
         ServerOptions {
-            extra_args: certs.server_args("node", &[]),
+            extra_args: certs.cluster_args(&[]),
             ..ServerOptions::default()
         },
     );
@@ -599,7 +601,7 @@ async fn peers_without_the_cluster_certificate_cannot_join_or_disturb_it() {
     // 2. The same frames over TLS, by a client whose certificate is from
     // another CA, and by one with no certificate (both trusting the
     // cluster's CA, which is public).
-    let foreign = rustls_client(&certs.ca(), Some((&other.cert("node"), &other.key("node"))));
+    let foreign = rustls_client(&certs.ca(), Some((&other.cert("n4"), &other.key("n4"))));
     let anonymous = rustls_client(&certs.ca(), None);
     for config in [foreign, anonymous] {
         for i in 1..=3 {
@@ -622,7 +624,7 @@ async fn peers_without_the_cluster_certificate_cannot_join_or_disturb_it() {
         }
     }
     // 3. A node with another CA's certificate asks to join.
-    cluster.set_extra_args(4, other.server_args("node", &[]));
+    cluster.set_extra_args(4, other.server_args("n4", &[]));
     cluster.launch_spare(4);
     let peer4 = cluster.peer_addr(4).to_string();
     c.add_member(4, &peer4, true).await.unwrap();

@@ -42,7 +42,7 @@ mod wait;
 pub use cluster::{Cluster, LEADER_TIMEOUT};
 pub use front::Front;
 pub use ports::free_ports;
-pub use process::{binary, ServerOptions, READY_TIMEOUT, STOP_TIMEOUT};
+pub use process::{binary, ServerOptions, NODE_ID, READY_TIMEOUT, STOP_TIMEOUT};
 pub use server::Server;
 pub use signal::{process_exists, sigkill, sigterm};
 pub use tls::TlsCerts;

@@ -49,12 +49,18 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
+/// In [`ServerOptions::extra_args`], stands for the node's id (1 for a
+/// lone server): a cluster's nodes each get their own certificate from one
+/// list of flags (`certs/n{id}.pem`).
+pub const NODE_ID: &str = "{id}";
+
 /// Options for one server process (for a [`Cluster`](crate::Cluster), for every node).
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
     pub tick_ms: u64,
     pub min_session_timeout_ms: u32,
     pub snapshot_entries: Option<u64>,
+    /// More flags; [`NODE_ID`] in one is replaced by the node's id.
     pub extra_args: Vec<String>,
 }
 
@@ -203,7 +209,8 @@ impl Process {
                 cmd.env_remove(name);
             }
         }
-        cmd.args(&self.opts.extra_args)
+        let id = self.membership.as_ref().map_or(1, |m| m.id).to_string();
+        cmd.args(self.opts.extra_args.iter().map(|a| a.replace(NODE_ID, &id)))
             .env("WARDEN_LOG", SERVER_LOG_FILTER)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

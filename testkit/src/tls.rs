@@ -53,9 +53,10 @@ impl TlsCerts {
         self.dir.path().join(format!("{name}-key.pem"))
     }
 
-    /// `warden serve` flags for TLS everywhere with certificate `node`
-    /// (every node of a test cluster may share one: they all live on
-    /// 127.0.0.1), plus `extra` (e.g. `--tls-client-auth required`).
+    /// `warden serve` flags for TLS everywhere with certificate `node`,
+    /// plus `extra` (e.g. `--tls-client-auth required`). A cluster's nodes
+    /// each need their own (a peer's certificate names its member id):
+    /// [`Self::cluster_args`].
     pub fn server_args(&self, node: &str, extra: &[&str]) -> Vec<String> {
         let mut args = vec![
             "--tls-cert".to_string(),
@@ -67,6 +68,20 @@ impl TlsCerts {
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
         args
+    }
+
+    /// [`Self::server_args`] for every node of a cluster, each with its
+    /// own certificate `n<id>` (made by [`Self::generate_cluster`]).
+    pub fn cluster_args(&self, extra: &[&str]) -> Vec<String> {
+        self.server_args(&format!("n{}", crate::NODE_ID), extra)
+    }
+
+    /// A new CA with node certificates `n1`..`n<nodes>` (each speaking for
+    /// its member id) and one client certificate per name in `clients`.
+    pub fn generate_cluster(nodes: usize, clients: &[&str]) -> TlsCerts {
+        let names: Vec<String> = (1..=nodes).map(|i| format!("n{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        Self::generate(&names, clients)
     }
 
     /// `wardenctl` flags: trust this CA, and present certificate `client`

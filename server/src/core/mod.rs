@@ -360,6 +360,7 @@ impl Core {
         );
         let links = crate::raft::transport::PeerLinks::of(cfg.tls.as_ref());
         let mut transport = Transport::new(cfg.id, runtime, links);
+        transport.set_metrics(op_metrics.clone());
         transport.set_snapshot_options(
             cfg.snapshot_chunk_bytes,
             cfg.unsafe_corrupt_snapshot_transfers,

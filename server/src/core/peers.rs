@@ -10,9 +10,12 @@ impl Core {
     ///
     /// Only members (configured peers, or added by a conf change) are
     /// heard: a frame naming another sender is dropped, so an unknown
-    /// process can neither grow the peer table nor touch sessions. This is
-    /// hygiene, not authentication: without TLS anyone who reaches the peer
-    /// port can claim a member's id (mutual TLS is what keeps them out).
+    /// process can neither grow the peer table nor touch sessions. With
+    /// TLS the sender is the member the link's certificate proves (the
+    /// transport drops any other, see `crate::raft::peer_auth`), so this
+    /// holds each proven id to the member list, frame by frame. Without
+    /// TLS it is hygiene, not authentication: anyone who reaches the peer
+    /// port can claim a member's id.
     pub(super) fn on_peer(&mut self, event: PeerEvent) {
         match event {
             PeerEvent::Frame(frame) => self.on_peer_frame(frame),
@@ -62,7 +65,12 @@ impl Core {
     fn on_peer_frame(&mut self, frame: PeerFrame) {
         let from = frame.from;
         if !self.is_member(from) {
-            debug!(from, "frame from a node that is not a member; dropped");
+            crate::raft::peer_auth::refused(
+                &self.m.op_metrics,
+                crate::raft::peer_auth::Refusal::NonMember,
+                None,
+                &format!("a frame from {from}, which is not a member; dropped"),
+            );
             return;
         }
         match frame.kind {

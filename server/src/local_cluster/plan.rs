@@ -150,6 +150,7 @@ impl Plan {
         self.tls_dir.as_ref().map(|tls| crate::tls::certs::Issued {
             cert: tls.join(format!("{CLIENT_CERT_NAME}.pem")),
             key: tls.join(format!("{CLIENT_CERT_NAME}-key.pem")),
+            member_id: None,
         })
     }
 }

@@ -3,10 +3,12 @@
 //! `raft::RawNode` through its Ready loop ([`node`]), and the bridge from
 //! raft-rs's slog logging into tracing ([`logger`]), the check every
 //! raft protobuf from outside passes before it is decoded ([`wire_guard`]),
-//! and snapshot files streamed to followers ([`snapstream`]).
+//! snapshot files streamed to followers ([`snapstream`]), and who a peer
+//! link speaks for ([`peer_auth`]).
 
 pub mod logger;
 pub mod node;
+pub mod peer_auth;
 mod peer_link;
 pub mod snapfile;
 pub mod snapstream;

@@ -28,6 +28,7 @@ use prost::Message as _;
 use super::transport::{
     codec, tls_connect, PeerLinks, PEER_FRAME_BYTES_MAX, PEER_QUEUE_BYTES_MAX, PEER_QUEUE_MAX,
 };
+use crate::opmetrics::OpMetrics;
 use crate::proto::PeerFrame;
 use crate::tls::Stream;
 
@@ -217,9 +218,16 @@ async fn back_off(link: &Link, stop: &CancellationToken, backoff: &mut Duration)
     true
 }
 
-/// The task of one peer's link: connects, writes what the core could not,
-/// reconnects after a failure.
-pub(super) async fn run(addr: String, link: Arc<Link>, stop: CancellationToken, links: PeerLinks) {
+/// The task of member `id`'s link: connects, writes what the core could
+/// not, reconnects after a failure.
+pub(super) async fn run(
+    id: u64,
+    addr: String,
+    link: Arc<Link>,
+    stop: CancellationToken,
+    links: PeerLinks,
+    metrics: OpMetrics,
+) {
     if let PeerLinks::Refused = links {
         warn!("not dialling the peer: TLS is on without --tls-ca, so peer links cannot be secured");
         loop {
@@ -251,7 +259,7 @@ pub(super) async fn run(addr: String, link: Arc<Link>, stop: CancellationToken, 
         };
         let _ = tcp.set_nodelay(true);
         let (mut conn, mut watch) = match &links {
-            PeerLinks::Tls(tls) => match tls_connect(tls, &addr, tcp, &stop).await {
+            PeerLinks::Tls(tls) => match tls_connect(tls, id, &addr, tcp, &stop, &metrics).await {
                 Some(s) => {
                     let (read, write) = tokio::io::split(s);
                     (Conn::Tls(write), Watch::Tls(read))

@@ -23,8 +23,11 @@
 //! instead of the core.
 //!
 //! With TLS on, every link is mutual TLS ([`PeerLinks::Tls`]): both ends
-//! present a certificate that must chain to the cluster's CA, so a process
-//! without one gets no frame to the core, in either direction.
+//! present a certificate that must chain to the cluster's CA and name the
+//! member id it speaks for, and the link is bound to that id
+//! ([`super::peer_auth`]): a process without such a certificate gets no
+//! frame to the core, in either direction, and one with a member's
+//! certificate speaks for that member only.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -40,9 +43,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 use warden_protocol::FrameCodec;
 
+use super::peer_auth::{self, Refusal};
 use super::peer_link::{self, Link, CONNECT_TIMEOUT};
 use super::snapstream::{self, Descriptor, Offered, Outcome, Received, SendJob};
+use crate::opmetrics::OpMetrics;
 use crate::proto::{peer_frame, PeerFrame};
+use crate::tls::peer_id::member_id_of_chain;
 use crate::tls::{PeerTls, Stream, Tls, HANDSHAKE_TIMEOUT};
 
 /// How links between peers are secured.
@@ -110,6 +116,8 @@ pub struct Transport {
     peers: HashMap<u64, Peer>,
     stop: CancellationToken,
     snapshots: SnapshotSends,
+    /// Where refused peers are counted.
+    metrics: OpMetrics,
 }
 
 struct Peer {
@@ -153,6 +161,7 @@ impl Transport {
             links,
             peers: HashMap::new(),
             stop: CancellationToken::new(),
+            metrics: OpMetrics::new(),
             snapshots: {
                 let (done_tx, done_rx) = std::sync::mpsc::channel();
                 SnapshotSends {
@@ -164,6 +173,12 @@ impl Transport {
                 }
             },
         }
+    }
+
+    /// Counts refused peers in `metrics` (the server's; a fresh set until
+    /// then). Call before adding peers.
+    pub fn set_metrics(&mut self, metrics: OpMetrics) {
+        self.metrics = metrics;
     }
 
     /// Chunk size of snapshot transfers; `corrupt`: how many of the next
@@ -215,13 +230,14 @@ impl Transport {
         };
         let addr = peer.addr.clone();
         let links = self.links.clone();
+        let metrics = self.metrics.clone();
         let done = sends.done_tx.clone();
         let span = tracing::info_span!("snapshot_send", to, index);
         self.runtime.spawn(
             async move {
                 let started = std::time::Instant::now();
                 let transfer = async {
-                    let stream = dial(&addr, &links, &cancel).await?;
+                    let stream = dial(to, &addr, &links, &cancel, &metrics).await?;
                     snapstream::send(stream, job).await
                 };
                 let result = tokio::select! {
@@ -277,10 +293,12 @@ impl Transport {
         let span = tracing::info_span!("peer", id, addr);
         self.runtime.spawn(
             peer_link::run(
+                id,
                 addr.to_string(),
                 link.clone(),
                 stop.clone(),
                 self.links.clone(),
+                self.metrics.clone(),
             )
             .instrument(span),
         );
@@ -350,9 +368,15 @@ impl Drop for Transport {
     }
 }
 
-/// A connection of its own to a peer (a snapshot transfer's), secured as
-/// every peer link is.
-async fn dial(addr: &str, links: &PeerLinks, stop: &CancellationToken) -> Result<Stream, String> {
+/// A connection of its own to peer `to` (a snapshot transfer's), secured
+/// as every peer link is.
+async fn dial(
+    to: u64,
+    addr: &str,
+    links: &PeerLinks,
+    stop: &CancellationToken,
+    metrics: &OpMetrics,
+) -> Result<Stream, String> {
     let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
         .await
         .map_err(|_| format!("connecting to {addr}: timed out"))?
@@ -360,25 +384,29 @@ async fn dial(addr: &str, links: &PeerLinks, stop: &CancellationToken) -> Result
     let _ = tcp.set_nodelay(true);
     match links {
         PeerLinks::Plain => Ok(Stream::from(tcp)),
-        PeerLinks::Tls(tls) => tls_connect(tls, addr, tcp, stop)
+        PeerLinks::Tls(tls) => tls_connect(tls, to, addr, tcp, stop, metrics)
             .await
             .ok_or_else(|| format!("TLS with {addr} failed (logged)")),
-        PeerLinks::Refused => Err("TLS is on without --tls-ca".into()),
+        PeerLinks::Refused => Err("TLS is on without --tls-ca or --peer-tls-ca".into()),
     }
 }
 
-/// The client side of a peer link's TLS handshake. The peer's certificate
-/// must chain to the cluster's CA *and* name the host we dialled (its SAN,
-/// as any TLS client checks): a certificate of the cluster stolen from one
-/// host does not let its holder pose as another member's address. The
-/// host is what `--peers` lists, so certificates carry the names (or IPs)
-/// the cluster is configured with (`localhost` and `127.0.0.1` for a
-/// cluster on one machine). `None` (logged) if the handshake failed.
+/// The client side of a peer link's TLS handshake with member `to`. The
+/// peer's certificate must chain to the cluster's CA, name the host we
+/// dialled (its SAN, as any TLS client checks) *and* name member `to`
+/// (its `warden://node/<id>` URI): a certificate of the cluster stolen
+/// from one host does not let its holder pose as another member, at its
+/// address or at another. The host is what `--peers` lists, so
+/// certificates carry the names (or IPs) the cluster is configured with
+/// (`localhost` and `127.0.0.1` for a cluster on one machine). `None`
+/// (logged) if the handshake failed or reached another member.
 pub(super) async fn tls_connect(
     tls: &PeerTls,
+    to: u64,
     addr: &str,
     tcp: TcpStream,
     stop: &CancellationToken,
+    metrics: &OpMetrics,
 ) -> Option<Stream> {
     let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
     let host = host.trim_start_matches('[').trim_end_matches(']');
@@ -395,7 +423,14 @@ pub(super) async fn tls_connect(
         done = handshake => done,
     };
     match done {
-        Ok(Ok(s)) => Some(Stream::Tls(Box::new(s.into()))),
+        Ok(Ok(s)) => match peer_auth::outbound_reached(s.get_ref().1.peer_certificates(), to) {
+            Ok(()) => Some(Stream::Tls(Box::new(s.into()))),
+            Err(e) => {
+                let remote = s.get_ref().0.peer_addr().ok();
+                peer_auth::refused(metrics, Refusal::WrongPeer, remote, &e);
+                None
+            }
+        },
         Ok(Err(e)) => {
             warn!(error = %e, "TLS handshake with peer failed");
             None
@@ -407,12 +442,14 @@ pub(super) async fn tls_connect(
     }
 }
 
-/// Accepts peer connections and forwards every frame to `deliver`.
+/// Accepts peer connections and forwards every frame to `deliver`;
+/// refusals are counted in `metrics`.
 pub async fn listen(
     listener: TcpListener,
     deliver: mpsc::Sender<PeerEvent>,
     stop: CancellationToken,
     links: PeerLinks,
+    metrics: OpMetrics,
 ) {
     loop {
         let accepted = tokio::select! {
@@ -427,6 +464,7 @@ pub async fn listen(
                     deliver.clone(),
                     stop.clone(),
                     links.clone(),
+                    metrics.clone(),
                 ));
             }
             Err(e) => warn!(error = %e, "peer accept failed"),
@@ -440,31 +478,41 @@ async fn inbound(
     deliver: mpsc::Sender<PeerEvent>,
     stop: CancellationToken,
     links: PeerLinks,
+    metrics: OpMetrics,
 ) {
     let _ = tcp.set_nodelay(true);
-    let stream = match links {
-        PeerLinks::Plain => Stream::from(tcp),
+    // With TLS, the member this link speaks for, proven by its certificate.
+    let (stream, bound) = match links {
+        PeerLinks::Plain => (Stream::from(tcp), None),
         PeerLinks::Tls(tls) => {
             let accepted = tokio::select! {
                 _ = stop.cancelled() => return,
                 a = crate::tls::accept(&tls.acceptor, tcp) => a,
             };
-            match accepted {
-                Ok(a) => {
-                    debug!(%peer, subject = a.subject.as_deref().unwrap_or(""), "peer authenticated");
-                    a.stream
-                }
+            let a = match accepted {
+                Ok(a) => a,
                 Err(refused) => return crate::tls::log_refused("peer", peer, &refused),
+            };
+            let subject = a.subject.as_deref().unwrap_or("");
+            match member_id_of_chain(a.leaf.as_ref().map(std::slice::from_ref)) {
+                Ok(id) => {
+                    debug!(%peer, subject, member = id, "peer authenticated");
+                    (a.stream, Some(id))
+                }
+                Err(e) => {
+                    let what = format!("a TLS connection from {subject:?}: {e}; closed");
+                    return peer_auth::refused(&metrics, Refusal::Certificate, Some(peer), &what);
+                }
             }
         }
         PeerLinks::Refused => {
-            info!(%peer, "peer connection refused: TLS is on without --tls-ca, so no peer can prove it belongs");
+            info!(%peer, "peer connection refused: TLS is on without --tls-ca or --peer-tls-ca, so no peer can prove it belongs");
             return;
         }
     };
     let mut frames = Framed::new(stream, codec());
-    // Who sends on this connection (the first frame says; the core drops
-    // frames from non-members).
+    // Who sends on this connection (the member it is bound to, else the
+    // first frame says; the core drops frames from non-members).
     let mut sender = None;
     loop {
         let next = tokio::select! {
@@ -473,6 +521,14 @@ async fn inbound(
         };
         match next {
             Some(Ok(frame)) => {
+                if let Some(member) = bound.filter(|&member| member != frame.from) {
+                    let what = format!(
+                        "a frame claiming to be from member {} on a link bound to member {member}; dropped",
+                        frame.from
+                    );
+                    peer_auth::refused(&metrics, Refusal::Sender, Some(peer), &what);
+                    continue;
+                }
                 if sender.is_none() {
                     if let Some(peer_frame::Kind::SnapshotOffer(offer)) = frame.kind {
                         // A snapshot transfer's own connection: not the
@@ -500,6 +556,67 @@ async fn inbound(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A node dialling member 3 at an address where node 2 answers (with
+    /// its own valid certificate from the cluster's CA, for the host
+    /// dialled) refuses the link: the certificate must name member 3.
+    #[tokio::test]
+    async fn a_dialled_peer_must_prove_the_member_dialled() {
+        use crate::tls::certs::{Ca, Role, LOCAL_SANS};
+        let dir = tempfile::tempdir().unwrap();
+        let ca = Ca::open_or_create(dir.path()).unwrap();
+        let sans: Vec<String> = LOCAL_SANS.iter().map(|s| s.to_string()).collect();
+        let load = |name: &str| {
+            let issued = ca.issue(name, Role::Node, &sans).unwrap();
+            crate::tls::load(&crate::tls::TlsFiles {
+                cert: issued.cert,
+                key: issued.key,
+                ca: Some(ca.cert_path()),
+                peer_ca: None,
+                client_auth: crate::tls::ClientAuth::Optional,
+            })
+            .unwrap()
+            .peers
+            .unwrap()
+        };
+        let (n1, n2) = (load("n1"), load("n2"));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let acceptor = n2.acceptor.clone();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    if let Ok(mut tls) = acceptor.accept(tcp).await {
+                        let mut buf = [0u8; 16];
+                        let _ = tokio::io::AsyncReadExt::read(&mut tls, &mut buf).await;
+                    }
+                });
+            }
+        });
+        let metrics = OpMetrics::new();
+        let stop = CancellationToken::new();
+        let dial = |to| {
+            let (n1, addr, stop, metrics) =
+                (n1.clone(), addr.clone(), stop.clone(), metrics.clone());
+            async move {
+                let tcp = TcpStream::connect(&addr).await.unwrap();
+                tls_connect(&n1, to, &addr, tcp, &stop, &metrics)
+                    .await
+                    .is_some()
+            }
+        };
+        assert!(!dial(3).await, "node 2's certificate passed for member 3");
+        assert!(dial(2).await, "node 2's certificate refused for member 2");
+        let mut registry = prometheus_client::registry::Registry::default();
+        metrics.register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains("peer_refused_total{reason=\"wrong_peer\"} 1"),
+            "{text}"
+        );
+    }
 
     #[tokio::test]
     async fn a_dead_peer_never_holds_more_than_the_byte_bound() {

@@ -45,6 +45,9 @@ impl std::fmt::Display for Refused {
 pub struct Accepted {
     pub stream: Stream,
     pub subject: Option<String>,
+    /// The client's certificate itself (the peer port reads the member id
+    /// it names).
+    pub leaf: Option<rustls::pki_types::CertificateDer<'static>>,
 }
 
 /// Runs the server side of the handshake on `tcp`.
@@ -61,15 +64,17 @@ pub async fn accept(acceptor: &TlsAcceptor, tcp: TcpStream) -> Result<Accepted, 
         Ok(Err(e)) => return Err(Refused::Handshake(e)),
         Ok(Ok(tls)) => tls,
     };
-    let subject = tls
+    let leaf = tls
         .get_ref()
         .1
         .peer_certificates()
         .and_then(|chain| chain.first())
-        .and_then(|leaf| subject_of(leaf));
+        .map(|leaf| leaf.clone().into_owned());
+    let subject = leaf.as_ref().and_then(|leaf| subject_of(leaf));
     Ok(Accepted {
         stream: Stream::Tls(Box::new(tls.into())),
         subject,
+        leaf,
     })
 }
 

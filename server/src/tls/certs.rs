@@ -2,6 +2,11 @@
 //! client certificates (rcgen). `warden certs` and `warden local-cluster
 //! --tls` make them; tests use them too.
 //!
+//! A node's certificate names the member id it speaks for on peer links
+//! (see [`super::peer_id`]): the number its name ends with, so `n3` and
+//! `node-3` speak for member 3. A client's certificate names none, so it
+//! can never be a peer.
+//!
 //! Not for production: the CA's private key sits beside its certificate.
 //! A directory that already holds a CA keeps it, so certificates issued
 //! later (a node added to the cluster, another client) chain to the same CA.
@@ -10,8 +15,10 @@ use std::path::{Path, PathBuf};
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
+
+use super::peer_id::node_uri;
 
 /// The CA's certificate in the directory (what `--tls-ca` takes).
 pub const CA_FILE: &str = "ca.pem";
@@ -37,6 +44,18 @@ pub enum CertError {
     Rcgen { what: String, source: rcgen::Error },
     #[error("{0:?} is not a usable certificate name (letters, digits, `.`, `_`, `-`)")]
     Name(String),
+    #[error(
+        "{0:?} ends in 0: a node's name ends with its member id (n1, node-2), and ids start at 1"
+    )]
+    MemberIdZero(String),
+}
+
+/// The member id a node certificate named `name` speaks for: the number
+/// its name ends with (`n3`, `node-3`, `db-east-3`: 3); `None` if it ends
+/// with no digit (then the certificate serves clients but is no peer's).
+pub fn member_id_of_name(name: &str) -> Option<u64> {
+    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    name[name.len() - digits..].parse().ok()
 }
 
 /// What a certificate is for.
@@ -54,6 +73,8 @@ pub enum Role {
 pub struct Issued {
     pub cert: PathBuf,
     pub key: PathBuf,
+    /// The member id a node's certificate speaks for on peer links.
+    pub member_id: Option<u64>,
 }
 
 /// A CA that can issue certificates.
@@ -143,7 +164,8 @@ impl Ca {
     }
 
     /// Issues `name.pem` and `name-key.pem` in the CA's directory, with
-    /// subject `CN=name` and, for a node, `sans` as its names.
+    /// subject `CN=name` and, for a node, `sans` as its names and the URI
+    /// `warden://node/<id>` if `name` ends with a member id.
     pub fn issue(&self, name: &str, role: Role, sans: &[String]) -> Result<Issued, CertError> {
         if name.is_empty()
             || name == "ca"
@@ -157,8 +179,21 @@ impl Ca {
             Role::Node => sans.to_vec(),
             Role::Client => Vec::new(),
         };
+        let member_id = match role {
+            Role::Node => member_id_of_name(name),
+            Role::Client => None,
+        };
+        if member_id == Some(0) {
+            return Err(CertError::MemberIdZero(name.to_string()));
+        }
         let mut params =
             CertificateParams::new(sans).map_err(rcgen_err(format!("{name}'s names")))?;
+        if let Some(id) = member_id {
+            let uri = node_uri(id)
+                .try_into()
+                .map_err(rcgen_err(format!("{name}'s member id")))?;
+            params.subject_alt_names.push(SanType::URI(uri));
+        }
         let mut dn = DistinguishedName::new();
         dn.push(DnType::CommonName, name);
         params.distinguished_name = dn;
@@ -178,6 +213,7 @@ impl Ca {
         let issued = Issued {
             cert: self.dir.join(format!("{name}.pem")),
             key: self.dir.join(format!("{name}-key.pem")),
+            member_id,
         };
         write(&issued.key, &key.serialize_pem(), true)?;
         write(&issued.cert, &cert.pem(), false)?;
@@ -209,6 +245,7 @@ mod tests {
                 cert: issued.cert.clone(),
                 key: issued.key.clone(),
                 ca: Some(again.cert_path()),
+                peer_ca: None,
                 client_auth: crate::tls::ClientAuth::Required,
             };
             crate::tls::load(&files).unwrap();
@@ -216,6 +253,27 @@ mod tests {
         let der = rustls::pki_types::CertificateDer::from_pem_file(&client.cert).unwrap();
         assert_eq!(crate::tls::subject_of(&der).unwrap(), "CN=alice");
         assert!(again.issue("../x", Role::Client, &[]).is_err());
+        // A node speaks for the member its name ends with; a client (even
+        // one named like a node) and a node named without a number for none.
+        use crate::tls::peer_id::{member_id_of, PeerIdError};
+        let der_of = |i: &Issued| {
+            rustls::pki_types::CertificateDer::from_pem_file(&i.cert)
+                .unwrap()
+                .to_vec()
+        };
+        assert_eq!(node.member_id, Some(1));
+        assert_eq!(member_id_of(&der_of(&node)), Ok(1));
+        let n12 = again.issue("n12", Role::Node, &sans).unwrap();
+        assert_eq!(member_id_of(&der_of(&n12)), Ok(12));
+        let fake = again.issue("n2", Role::Client, &[]).unwrap();
+        assert_eq!(member_id_of(&der_of(&fake)), Err(PeerIdError::None));
+        let plain = again.issue("node", Role::Node, &sans).unwrap();
+        assert_eq!(plain.member_id, None);
+        assert_eq!(member_id_of(&der_of(&plain)), Err(PeerIdError::None));
+        assert!(matches!(
+            again.issue("n0", Role::Node, &sans),
+            Err(CertError::MemberIdZero(_))
+        ));
     }
 }
 
@@ -226,7 +284,9 @@ pub struct CertsArgs {
     #[arg(long, value_name = "DIR", default_value = "warden-certs")]
     pub dir: PathBuf,
     /// A server certificate NAME.pem (serverAuth and clientAuth, subject
-    /// CN=NAME, valid for every --san); repeat for each node.
+    /// CN=NAME, valid for every --san); repeat for each node. NAME ends
+    /// with the node's member id (n1, node-2): the certificate names it
+    /// (URI SAN warden://node/ID), and peers accept it for that member only.
     #[arg(long = "node", value_name = "NAME")]
     pub nodes: Vec<String>,
     /// A client certificate NAME.pem (clientAuth, subject CN=NAME).
@@ -250,8 +310,16 @@ pub fn run(args: &CertsArgs) -> Result<(), CertError> {
     for (names, role) in [(&args.nodes, Role::Node), (&args.clients, Role::Client)] {
         for name in names {
             let issued = ca.issue(name, role, &sans)?;
+            let speaks_for = match (role, issued.member_id) {
+                (Role::Client, _) => String::new(),
+                (Role::Node, Some(id)) => format!(" (member {id}: {})", node_uri(id)),
+                (Role::Node, None) => {
+                    " (names no member id, so no peer accepts it: end NAME with the node's --id for a cluster)"
+                        .to_string()
+                }
+            };
             println!(
-                "{} {name}: --tls-cert {} --tls-key {}",
+                "{} {name}: --tls-cert {} --tls-key {}{speaks_for}",
                 if role == Role::Node { "node" } else { "client" },
                 issued.cert.display(),
                 issued.key.display()

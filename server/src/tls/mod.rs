@@ -8,7 +8,9 @@
 //!   (`--tls-client-auth required` makes it mandatory), and its subject
 //!   reaches the core with the connection (the x509 ACL scheme's identity);
 //! - peer links are mutual TLS: both ends present a certificate that must
-//!   chain to the CA, so a process without one can neither join nor inject
+//!   chain to the CA (or to `--peer-tls-ca`, a CA for peers alone) and
+//!   name the member id it speaks for ([`peer_id`]), so a process without
+//!   one, a client's certificate included, can neither join nor inject
 //!   raft messages. A cluster with TLS must have a CA ([`config`] refuses
 //!   to start one without).
 //!
@@ -20,6 +22,7 @@
 
 mod accept;
 pub mod certs;
+pub mod peer_id;
 mod pinned;
 mod stream;
 mod subject;
@@ -60,6 +63,9 @@ pub struct TlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
     pub ca: Option<PathBuf>,
+    /// The CA peers' certificates chain to (`--peer-tls-ca`), when not
+    /// `ca`: then no certificate of the clients' CA can be a peer's.
+    pub peer_ca: Option<PathBuf>,
     pub client_auth: ClientAuth,
 }
 
@@ -70,6 +76,9 @@ pub struct Tls {
     pub clients: TlsAcceptor,
     /// Peer links; `None` without a CA, and then no peer is admitted.
     pub peers: Option<PeerTls>,
+    /// The member id this server's own certificate names, if any (what
+    /// its peers will hold it to).
+    pub member_id: Result<u64, peer_id::PeerIdError>,
     /// The lock gateway's loopback client: trusts exactly this server's
     /// certificate and presents it as its own.
     pub gateway: Arc<ClientConfig>,
@@ -104,8 +113,8 @@ pub enum TlsError {
     Certificate { path: PathBuf, detail: String },
     #[error("TLS set-up: {0}")]
     Rustls(#[from] rustls::Error),
-    #[error("--tls-ca: {0}")]
-    Verifier(String),
+    #[error("{flag}: {detail}")]
+    Verifier { flag: &'static str, detail: String },
 }
 
 fn provider() -> Arc<CryptoProvider> {
@@ -153,25 +162,32 @@ fn allows_client_auth(der: &[u8]) -> bool {
     }
 }
 
+/// The CA certificates in `path` (`flag` names it in errors).
+fn read_roots(flag: &'static str, path: &Path) -> Result<Arc<RootCertStore>, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in read_certs(flag, path)? {
+        roots.add(cert).map_err(|e| TlsError::File {
+            flag,
+            path: path.to_path_buf(),
+            detail: format!("not a usable CA certificate: {e}"),
+        })?;
+    }
+    Ok(Arc::new(roots))
+}
+
 /// Reads the files and builds every configuration.
 pub fn load(files: &TlsFiles) -> Result<Tls, TlsError> {
     let chain = read_certs("--tls-cert", &files.cert)?;
     let key = read_key(&files.key)?;
     let roots = match &files.ca {
         None => None,
-        Some(ca) => {
-            let mut roots = RootCertStore::empty();
-            for cert in read_certs("--tls-ca", ca)? {
-                roots.add(cert).map_err(|e| TlsError::File {
-                    flag: "--tls-ca",
-                    path: ca.clone(),
-                    detail: format!("not a usable CA certificate: {e}"),
-                })?;
-            }
-            Some(Arc::new(roots))
-        }
+        Some(ca) => Some(read_roots("--tls-ca", ca)?),
     };
-    if roots.is_some() && !allows_client_auth(&chain[0]) {
+    let peer_roots = match &files.peer_ca {
+        Some(ca) => Some(("--peer-tls-ca", read_roots("--peer-tls-ca", ca)?)),
+        None => roots.clone().map(|r| ("--tls-ca", r)),
+    };
+    if peer_roots.is_some() && !allows_client_auth(&chain[0]) {
         // Peers and the lock gateway present this certificate as clients.
         return Err(TlsError::Certificate {
             path: files.cert.clone(),
@@ -194,21 +210,25 @@ pub fn load(files: &TlsFiles) -> Result<Tls, TlsError> {
                 ClientAuth::Optional => verifier.allow_unauthenticated(),
                 ClientAuth::Required => verifier,
             };
-            let verifier = verifier
-                .build()
-                .map_err(|e| TlsError::Verifier(e.to_string()))?;
+            let verifier = verifier.build().map_err(|e| TlsError::Verifier {
+                flag: "--tls-ca",
+                detail: e.to_string(),
+            })?;
             server_builder()?.with_client_cert_verifier(verifier)
         }
     }
     .with_single_cert(chain.clone(), key.clone_key())?;
 
-    let peers = match &roots {
+    let peers = match &peer_roots {
         None => None,
-        Some(roots) => {
+        Some((flag, roots)) => {
             let verifier =
                 WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
                     .build()
-                    .map_err(|e| TlsError::Verifier(e.to_string()))?;
+                    .map_err(|e| TlsError::Verifier {
+                        flag,
+                        detail: e.to_string(),
+                    })?;
             let acceptor = server_builder()?
                 .with_client_cert_verifier(verifier)
                 .with_single_cert(chain.clone(), key.clone_key())?;
@@ -222,6 +242,7 @@ pub fn load(files: &TlsFiles) -> Result<Tls, TlsError> {
             })
         }
     };
+    let member_id = peer_id::member_id_of(&chain[0]);
 
     let pinned = pinned::Pinned {
         cert: chain[0].clone(),
@@ -236,6 +257,7 @@ pub fn load(files: &TlsFiles) -> Result<Tls, TlsError> {
     Ok(Tls {
         clients: TlsAcceptor::from(Arc::new(clients)),
         peers,
+        member_id,
         gateway: Arc::new(gateway),
     })
 }
