@@ -403,18 +403,38 @@ impl Client {
     /// Adds server `id` (peer address `addr`) to the group as a voter, or
     /// as a non-voting learner. Adding an existing learner as a voter
     /// promotes it. Start the new server with `--join` first.
+    ///
+    /// Refused (BadArguments, naming the live and needed counts) when the
+    /// group would be left with fewer voters the server has heard from
+    /// lately than a quorum: a voter that is not running, say. Add a new
+    /// server as a learner first; see [`Client::add_member_with`] to force.
     pub async fn add_member(&self, id: u64, addr: &str, learner: bool) -> Result<()> {
-        let op = pb::request::Op::AddMember(pb::AddMemberRequest {
+        self.add_member_with(pb::AddMemberRequest {
             id,
             addr: addr.to_string(),
             learner,
-        });
+            force: false,
+        })
+        .await
+    }
+
+    /// [`Client::add_member`] with every field of the request, `force`
+    /// (skip the quorum check: disaster recovery only) among them.
+    pub async fn add_member_with(&self, r: pb::AddMemberRequest) -> Result<()> {
+        let op = pb::request::Op::AddMember(r);
         self.call("", op, None).await.map(drop)
     }
 
-    /// Removes server `id` from the group.
+    /// Removes server `id` from the group; refused, as
+    /// [`Client::add_member`], when it would leave no live quorum.
     pub async fn remove_member(&self, id: u64) -> Result<()> {
-        let op = pb::request::Op::RemoveMember(pb::RemoveMemberRequest { id });
+        self.remove_member_with(pb::RemoveMemberRequest { id, force: false })
+            .await
+    }
+
+    /// [`Client::remove_member`] with every field of the request.
+    pub async fn remove_member_with(&self, r: pb::RemoveMemberRequest) -> Result<()> {
+        let op = pb::request::Op::RemoveMember(r);
         self.call("", op, None).await.map(drop)
     }
 

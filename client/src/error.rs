@@ -22,7 +22,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// The server (or the client's own argument checks, for `InvalidPath`
     /// and `DataTooLarge`) refused an operation on `path`.
-    #[error("{}: {}", code.name(), DisplayPath(path))]
+    #[error("{}: {}", code.name(), PathOrMessage(path, message))]
     Api {
         code: ErrorCode,
         /// The path the operation named; empty for operations without one.
@@ -144,6 +144,20 @@ pub(crate) fn decode_code(raw: i32) -> ErrorCode {
 /// may): then escaped, so an error always stays on one line.
 struct DisplayPath<'a>(&'a str);
 
+/// The path, or for an operation without one (membership changes, say)
+/// the server's message, which is then all there is to say.
+struct PathOrMessage<'a>(&'a str, &'a str);
+
+impl fmt::Display for PathOrMessage<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() && !self.1.is_empty() {
+            DisplayPath(self.1).fmt(f)
+        } else {
+            DisplayPath(self.0).fmt(f)
+        }
+    }
+}
+
 impl fmt::Display for DisplayPath<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.0.is_empty() {
@@ -166,6 +180,14 @@ mod tests {
         assert_eq!(e.to_string(), "NoNode: /a/b");
         assert_eq!(e.code(), ErrorCode::NoNode);
         assert_eq!(e.path(), Some("/a/b"));
+    }
+
+    #[test]
+    fn an_error_without_a_path_shows_the_servers_message() {
+        let e = Error::api(ErrorCode::BadArguments, "", "refused: after adding 5 ...");
+        assert_eq!(e.to_string(), "BadArguments: refused: after adding 5 ...");
+        let e = Error::api(ErrorCode::OperationTimeout, "", "");
+        assert_eq!(e.to_string(), "OperationTimeout: (no path)");
     }
 
     #[test]

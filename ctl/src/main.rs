@@ -204,15 +204,26 @@ enum ClusterCommand {
     /// Add server ID (peer address ADDR) as a voter, or with --learner as a
     /// non-voting read replica; adding an existing learner without
     /// --learner promotes it. Start the server with `warden serve --join`
-    /// first.
+    /// first. Refused when the group would be left with fewer voters heard
+    /// from lately than a quorum (a voter that is not running).
     Add {
         id: u64,
         addr: String,
         #[arg(long)]
         learner: bool,
+        /// Skip the quorum check: disaster recovery only (the group may
+        /// be left unable to commit anything).
+        #[arg(long)]
+        force: bool,
     },
-    /// Remove server ID from the group.
-    Remove { id: u64 },
+    /// Remove server ID from the group. Refused, as `add`, when it would
+    /// leave no quorum of voters heard from.
+    Remove {
+        id: u64,
+        /// Skip the quorum check: disaster recovery only.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 /// Why a run failed.
@@ -480,12 +491,24 @@ async fn execute(client: &Client, command: Command, out: &Output) -> Result<(), 
                 Ok(())
             }
         }
-        Command::Cluster(ClusterCommand::Add { id, addr, learner }) => {
-            client.add_member(id, &addr, learner).await?;
+        Command::Cluster(ClusterCommand::Add {
+            id,
+            addr,
+            learner,
+            force,
+        }) => {
+            let r = warden_protocol::pb::AddMemberRequest {
+                id,
+                addr,
+                learner,
+                force,
+            };
+            client.add_member_with(r).await?;
             Ok(())
         }
-        Command::Cluster(ClusterCommand::Remove { id }) => {
-            client.remove_member(id).await?;
+        Command::Cluster(ClusterCommand::Remove { id, force }) => {
+            let r = warden_protocol::pb::RemoveMemberRequest { id, force };
+            client.remove_member_with(r).await?;
             Ok(())
         }
         Command::Bench(_) => unreachable!("run() hands the bench to its module"),

@@ -61,6 +61,13 @@ pub struct ServeArgs {
     /// add`). --peers must still list the members' addresses.
     #[arg(long, env = "WARDEN_JOIN")]
     pub join: bool,
+    /// Disaster recovery, when a quorum is lost for good: start as the
+    /// only voter of the group, keeping this server's data (its log and
+    /// tree). Every other member is removed, durably, before the server
+    /// serves; add servers back (empty, with --join) afterwards. Start
+    /// with it once, then without it (see docs/operations.md).
+    #[arg(long, env = "WARDEN_FORCE_NEW_CLUSTER")]
+    pub force_new_cluster: bool,
     /// Raft tick.
     #[arg(long, default_value_t = 100, env = "WARDEN_TICK_MS")]
     pub tick_ms: u64,
@@ -283,6 +290,8 @@ pub struct Config {
     pub grpc_listen: Option<SocketAddr>,
     pub peers: Vec<Peer>,
     pub join: bool,
+    /// `--force-new-cluster`: start as the only voter, keeping the data.
+    pub force_new_cluster: bool,
     pub tick: Duration,
     pub election_ticks: usize,
     pub heartbeat_ticks: usize,
@@ -350,6 +359,9 @@ pub enum ConfigError {
     Peers(String),
     #[error("{0}")]
     TlsFlags(&'static str),
+    /// Flags that cannot go together.
+    #[error("{0}")]
+    Conflict(&'static str),
     #[error("{0}")]
     Tls(#[from] crate::tls::TlsError),
     #[error("--tls-cert: {0}")]
@@ -389,6 +401,12 @@ impl ServeArgs {
         }
         if self.snapshot_entries == 0 {
             return Err(ConfigError::SnapshotEntries);
+        }
+        if self.force_new_cluster && self.join {
+            return Err(ConfigError::Conflict(
+                "--force-new-cluster and --join cannot go together: the first starts a group \
+                 of this server alone from its data, the second waits empty to be added",
+            ));
         }
         let chunk_max = crate::raft::snapstream::CHUNK_BYTES_MAX;
         if !(1..=chunk_max).contains(&self.snapshot_chunk_bytes) {
@@ -458,6 +476,7 @@ impl ServeArgs {
             grpc_listen,
             peers,
             join: self.join,
+            force_new_cluster: self.force_new_cluster,
             tick: Duration::from_millis(self.tick_ms),
             election_ticks: self.election_ticks,
             heartbeat_ticks: self.heartbeat_ticks,
@@ -802,6 +821,15 @@ mod tests {
             "4"
         ])
         .is_err());
+    }
+
+    #[test]
+    fn force_new_cluster_and_join_are_refused_together() {
+        assert!(parse(&["--force-new-cluster"]).unwrap().force_new_cluster);
+        let e = parse(&["--force-new-cluster", "--join"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot go together"), "{e}");
     }
 
     #[test]

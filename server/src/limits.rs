@@ -72,6 +72,11 @@ pub const CHILDREN_PER_REPLY_MAX: usize = 100_000;
 /// a client that sends a larger one, and its clients expect exactly that
 /// (ConnectionLoss), so the ZooKeeper door does the same.
 pub const ZK_PACKET_BYTES_MAX: usize = 0xfffff;
+/// Peers whose last frame a server remembers, for the quorum rule of
+/// membership changes (members, and servers calling in before they are
+/// added). Far above any real group; the bound stops made-up sender ids on
+/// an open peer port from growing the record.
+pub const PEER_CONTACTS_MAX: usize = 256;
 /// Smallest --max-request-bytes: room for a ConnectRequest and a short
 /// path.
 pub const REQUEST_BYTES_MIN: usize = 1024;

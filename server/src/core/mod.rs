@@ -21,6 +21,8 @@
 //!   (register, complete, expire, propose again after a leader change);
 //! - [`reconfig`]: ZooKeeper's reconfig as a checked list of conf changes,
 //!   made one after the other;
+//! - [`quorum`]: the rule every membership change obeys (no change may
+//!   leave fewer voters heard from than a quorum), and who was heard from;
 //! - [`peers`]: frames from the other members (who is heard, a closed
 //!   link, each frame kind);
 //! - [`forwards`]: a follower's proposals on their way to the leader,
@@ -48,6 +50,7 @@ mod installs;
 mod leading;
 mod peers;
 mod proposals;
+mod quorum;
 pub(crate) mod read_only;
 mod reconfig;
 mod requests;
@@ -237,6 +240,8 @@ pub enum CoreError {
     Storage(#[from] crate::raft::StorageError),
     #[error("snapshot on disk is unreadable: {0}")]
     Snapshot(String),
+    #[error("--force-new-cluster: {0}")]
+    ForceNewCluster(String),
 }
 
 /// Everything but the raft node: the state machine and its clients (the
@@ -288,6 +293,10 @@ struct Machine {
     read_only: read_only::ReadOnlyMode,
     /// Snapshots streamed here by a leader.
     installs: installs::Installs,
+    /// When each peer (member or not yet) was last heard from.
+    contacts: quorum::Contacts,
+    /// Native AddMembers waiting for the server they add to call in.
+    join_waits: Vec<quorum::JoinWait>,
 }
 
 pub struct Core {
@@ -346,6 +355,19 @@ impl Core {
             }
             None => DataTree::new(),
         };
+        if cfg.force_new_cluster {
+            match crate::raft::force_new_cluster::make_sole_voter(&mut storage, cfg.id)
+                .map_err(|e| CoreError::ForceNewCluster(e.to_string()))?
+            {
+                Some(f) => warn!(
+                    removed = ?f.removed,
+                    promoted = f.promoted,
+                    commit = f.commit,
+                    "--force-new-cluster: this server is now the only voter of its group, with all its data; start it without the flag from now on, and add servers back empty with --join"
+                ),
+                None => warn!("--force-new-cluster: this server is already the only voter of its group; nothing changed"),
+            }
+        }
         let applied = tree.applied_index();
         let voters = cfg.peers.iter().map(|p| p.id).collect();
         let timing = RaftTiming {
@@ -421,6 +443,8 @@ impl Core {
                 conf_change_due: false,
                 read_only: read_only::ReadOnlyMode::new(Instant::now()),
                 installs: installs::Installs::new(snap_dir),
+                contacts: quorum::Contacts::default(),
+                join_waits: Vec::new(),
             },
             last_snapshot_index: applied,
             snapshots: Default::default(),
@@ -664,7 +688,10 @@ impl Core {
         self.compaction_due = true;
         self.expire_waiters(Instant::now());
         self.m.read_only_tick(Instant::now());
-        if self.ticks.is_multiple_of(STATUS_TICKS) {
+        self.settle_join_waits();
+        // At once on the first tick too: a server started with --join is
+        // heard from (and may be added as a voter) without waiting a round.
+        if self.ticks == 1 || self.ticks.is_multiple_of(STATUS_TICKS) {
             self.broadcast_status();
         }
         if self.m.role != StateRole::Leader {

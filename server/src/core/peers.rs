@@ -64,6 +64,11 @@ impl Core {
 
     fn on_peer_frame(&mut self, frame: PeerFrame) {
         let from = frame.from;
+        // Before the membership check: a server started with --join calls
+        // in before it is a member, and the quorum rule counts it then.
+        if from != self.m.node_id {
+            self.m.contacts.heard(from, Instant::now());
+        }
         if !self.is_member(from) {
             crate::raft::peer_auth::refused(
                 &self.m.op_metrics,

@@ -12,13 +12,17 @@
 //! lost quorum (answered OperationTimeout, like any write whose fate is
 //! unknown) may have made some of its changes and not the others.
 //!
+//! Every change of the list must keep a quorum of voters heard from
+//! lately: the rule of [`super::quorum`], the same as the native door's
+//! (`force` skips it; the ZooKeeper door never sets it).
+//!
 //! Authorization is ZooKeeper's: ADMIN on `/zookeeper/config`, whose ACL
 //! grants everyone READ only, so in effect the super user. The answer is
 //! the membership after the last change (the ZooKeeper door shows it as
 //! the new `/zookeeper/config`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use prost::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeType};
@@ -26,7 +30,7 @@ use tracing::{debug, info};
 use warden_protocol::pb::{self, response::Result as Res, ErrorCode};
 
 use super::clients::Slot;
-use super::{frames, Core};
+use super::{frames, quorum, Core};
 use crate::ops::Failure;
 use crate::proto::{self, AuthId};
 use crate::watch::ConnId;
@@ -45,25 +49,22 @@ pub struct Change {
 pub struct Members {
     /// id -> (voter, peer address)
     pub members: BTreeMap<u64, (bool, String)>,
-    /// Members the planning server has heard from lately (itself
-    /// included).
-    pub reachable: BTreeSet<u64>,
+    /// Servers the planning server has heard from within `window`
+    /// (itself included; servers not members yet too).
+    pub heard: BTreeSet<u64>,
+    pub window: Duration,
 }
 
 impl Members {
-    pub fn of(status: &pb::ClusterStatusResponse) -> Self {
+    pub fn of(status: &pb::ClusterStatusResponse, heard: BTreeSet<u64>, window: Duration) -> Self {
         Members {
             members: status
                 .members
                 .iter()
                 .map(|m| (m.id, (m.voter, m.addr.clone())))
                 .collect(),
-            reachable: status
-                .members
-                .iter()
-                .filter(|m| m.reachable)
-                .map(|m| m.id)
-                .collect(),
+            heard,
+            window,
         }
     }
 }
@@ -172,52 +173,19 @@ pub fn plan(r: &pb::ReconfigRequest, now: &Members, me: u64) -> Result<Vec<Chang
         .chain(demoted)
         .chain(removed)
         .collect();
-    check_quorum(&changes, now)?;
-    Ok(changes)
-}
-
-/// After each change, the participants this server has heard from lately
-/// must be a majority of all participants, or the group could be left
-/// unable to commit anything (ZooKeeper refuses such a reconfig too,
-/// NewConfigNoQuorum). A server not yet a member counts as not heard
-/// from: to make one a participant in a group where that matters, add it
-/// as an observer first.
-fn check_quorum(changes: &[Change], now: &Members) -> Result<(), Failure> {
-    let mut voters: BTreeSet<u64> = now
-        .members
-        .iter()
-        .filter(|(_, (voter, _))| *voter)
-        .map(|(id, _)| *id)
-        .collect();
-    for c in changes {
-        match c.kind {
-            ConfChangeType::AddNode => voters.insert(c.id),
-            _ => voters.remove(&c.id),
-        };
-        let heard = voters
+    if !r.force {
+        let steps: Vec<quorum::Step> = changes
             .iter()
-            .filter(|id| now.reachable.contains(id))
-            .count();
-        if heard * 2 <= voters.len() {
-            let what = match c.kind {
-                ConfChangeType::AddNode => "making",
-                ConfChangeType::AddLearnerNode => "making an observer of",
-                ConfChangeType::RemoveNode => "removing",
-            };
-            let who = if what == "making" {
-                format!("server {} a participant", c.id)
-            } else {
-                format!("server {}", c.id)
-            };
-            return Err(bad(format!(
-                "after {what} {who}, {heard} of {} participants would be reachable, \
-                 no majority: bring the servers up (add new ones as observers \
-                 first), then try again",
-                voters.len()
-            )));
-        }
+            .map(|c| quorum::Step {
+                kind: c.kind,
+                id: c.id,
+            })
+            .collect();
+        let voters = quorum::voters_of(&now.members);
+        quorum::check(&voters, &steps, &now.heard, now.window)
+            .map_err(|refusal| bad(refusal.message()))?;
     }
-    Ok(())
+    Ok(changes)
 }
 
 impl Core {
@@ -302,7 +270,8 @@ impl Core {
                 ));
             }
         }
-        plan(r, &Members::of(&status), self.m.node_id)
+        let now = Members::of(&status, self.heard_recently(), self.live_window());
+        plan(r, &now, self.m.node_id)
     }
 
     /// Answers the reconfigs whose last change applied, with the
@@ -351,7 +320,8 @@ mod tests {
                 .iter()
                 .map(|(id, voter)| (*id, (*voter, format!("h:710{id}"))))
                 .collect(),
-            reachable: list.iter().map(|(id, _)| *id).collect(),
+            heard: list.iter().map(|(id, _)| *id).collect(),
+            window: Duration::from_secs(1),
         }
     }
 
@@ -360,6 +330,7 @@ mod tests {
             id,
             addr: format!("h:710{id}"),
             learner,
+            force: false,
         }
     }
 
@@ -434,6 +405,7 @@ mod tests {
                 id: 2,
                 addr: "elsewhere:1".into(),
                 learner: false,
+                force: false,
             }],
             ..Default::default()
         };
@@ -454,6 +426,7 @@ mod tests {
                 id: 7,
                 addr: "nohost".into(),
                 learner: false,
+                force: false,
             }],
             ..Default::default()
         };
@@ -464,20 +437,37 @@ mod tests {
     /// this server has heard from.
     #[test]
     fn a_reconfig_that_could_lose_the_quorum_is_refused() {
-        // One server alone: a new participant could not be heard from.
+        // One server alone: a new participant not heard from is refused.
         let alone = members(&[(1, true)]);
+        let mut silent = alone.clone();
+        silent.heard.remove(&2);
         let grow = pb::ReconfigRequest {
             joining: vec![join(2, false)],
             ..Default::default()
         };
-        let f = plan(&grow, &alone, 1).unwrap_err();
-        assert!(f.message.contains("1 of 2 participants"), "{}", f.message);
+        let f = plan(&grow, &silent, 1).unwrap_err();
+        assert!(
+            f.message
+                .contains("after adding 2 as a voter the cluster would have 2 voters, 1 of them"),
+            "{}",
+            f.message
+        );
+        // Forced, it goes.
+        let forced = pb::ReconfigRequest {
+            force: true,
+            ..grow.clone()
+        };
+        assert_eq!(plan(&forced, &silent, 1).unwrap().len(), 1);
+        // Heard from (started with --join, calling in), it may join.
+        let mut calling = alone.clone();
+        calling.heard.insert(2);
+        assert_eq!(plan(&grow, &calling, 1).unwrap().len(), 1);
         // As an observer first, then promoted once it is heard from.
         let observer = pb::ReconfigRequest {
             joining: vec![join(2, true)],
             ..Default::default()
         };
-        assert_eq!(plan(&observer, &alone, 1).unwrap().len(), 1);
+        assert_eq!(plan(&observer, &silent, 1).unwrap().len(), 1);
         let two = members(&[(1, true), (2, false)]);
         assert_eq!(plan(&grow, &two, 1).unwrap().len(), 1);
         // Three up: one unknown participant more is fine.
@@ -487,19 +477,18 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(plan(&four, &three, 1).unwrap().len(), 1);
-        // Removing a live one while another is down is not.
+        // One down: a fourth that is not running is not.
         let mut one_down = three.clone();
-        one_down.reachable.remove(&3);
+        one_down.heard.remove(&3);
+        let f = plan(&four, &one_down, 1).unwrap_err();
+        assert!(f.message.contains("2 of them"), "{}", f.message);
+        // Removing a live one while another is down is not either.
         let remove = pb::ReconfigRequest {
             leaving: vec![2],
             ..Default::default()
         };
         let f = plan(&remove, &one_down, 1).unwrap_err();
-        assert!(
-            f.message.contains("after removing server 2"),
-            "{}",
-            f.message
-        );
+        assert!(f.message.contains("after removing 2"), "{}", f.message);
         // Removing the one that is down is.
         let remove_down = pb::ReconfigRequest {
             leaving: vec![3],

@@ -291,7 +291,7 @@ impl Core {
                 } else {
                     ConfChangeType::AddNode
                 };
-                self.conf_change_slot(conn, xid, change_type, r.id, r.addr)
+                self.member_change_slot(conn, xid, change_type, r.id, r.addr, r.force)
             }
             Plan::RemoveMember(r) if r.id == self.m.node_id => {
                 // This server would never learn that its own removal
@@ -303,9 +303,14 @@ impl Core {
                 );
                 Slot::Done(frames::error(xid, zxid, f))
             }
-            Plan::RemoveMember(r) => {
-                self.conf_change_slot(conn, xid, ConfChangeType::RemoveNode, r.id, String::new())
-            }
+            Plan::RemoveMember(r) => self.member_change_slot(
+                conn,
+                xid,
+                ConfChangeType::RemoveNode,
+                r.id,
+                String::new(),
+                r.force,
+            ),
             Plan::Reconfig(r) => self.reconfig_slot(conn, xid, &ids, r),
             Plan::Read { op, linearizable } => {
                 // `--unsafe-skip-read-index` (selftest only) answers from the
@@ -434,15 +439,16 @@ impl Core {
         self.answer(conn, slot, "auth");
     }
 
-    fn conf_change_slot(
+    /// Proposes one membership change for `conn`'s request `request_id`
+    /// (checked already: [`super::quorum`]); answered when it applies.
+    pub(super) fn propose_member_change(
         &mut self,
         conn: ConnId,
-        xid: u64,
+        request_id: u64,
         change_type: ConfChangeType,
         node_id: u64,
         addr: String,
-    ) -> Slot {
-        let request_id = self.m.proposals.next_id();
+    ) -> Result<(), Failure> {
         let context = proto::ConfChangeContext {
             origin_node: self.m.node_id,
             request_id,
@@ -463,15 +469,12 @@ impl Core {
                 self.m
                     .proposals
                     .register_conf_change(request_id, conn, change, Instant::now());
-                Slot::Write { xid, request_id }
+                Ok(())
             }
-            Err(e) => {
-                let f = Failure::new(
-                    ErrorCode::NotReady,
-                    format!("membership change for {node_id} refused: {e}"),
-                );
-                Slot::Done(frames::error(xid, self.m.tree.applied_index(), f))
-            }
+            Err(e) => Err(Failure::new(
+                ErrorCode::NotReady,
+                format!("membership change for {node_id} refused: {e}"),
+            )),
         }
     }
 

@@ -3,9 +3,11 @@
 //! `raft::RawNode` through its Ready loop ([`node`]), and the bridge from
 //! raft-rs's slog logging into tracing ([`logger`]), the check every
 //! raft protobuf from outside passes before it is decoded ([`wire_guard`]),
-//! snapshot files streamed to followers ([`snapstream`]), and who a peer
-//! link speaks for ([`peer_auth`]).
+//! snapshot files streamed to followers ([`snapstream`]), who a peer
+//! link speaks for ([`peer_auth`]), and the disaster-recovery start as the
+//! group's only voter ([`force_new_cluster`]).
 
+pub mod force_new_cluster;
 pub mod logger;
 pub mod node;
 pub mod peer_auth;

@@ -67,6 +67,7 @@ pub fn request(
             leaving: Vec::new(),
             whole: true,
             config_version,
+            force: false,
         });
     }
     let joining = items(joining)
@@ -83,6 +84,7 @@ pub fn request(
         leaving,
         whole: false,
         config_version,
+        force: false,
     })
 }
 
@@ -149,6 +151,7 @@ fn server_line(line: &str) -> Result<pb::AddMemberRequest, String> {
         id,
         addr: format!("{host}:{peer_port}"),
         learner,
+        force: false,
     })
 }
 
@@ -161,6 +164,7 @@ mod tests {
             id,
             addr: addr.to_string(),
             learner,
+            force: false,
         }
     }
 

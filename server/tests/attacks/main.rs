@@ -8,3 +8,4 @@
 //! One binary for all of them (one link in CI); one module per boundary.
 
 mod peers;
+mod quorum;
