@@ -42,6 +42,8 @@ pub struct OpMetrics {
     /// Every recognised lock's figures, recorded where entries apply
     /// (see `crate::lockstats`).
     pub locks: crate::lockstats::LockMetrics,
+    /// Admin actions refused (see `crate::authority`).
+    pub authority_refusals: crate::authority::RefusalCounter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -67,6 +69,7 @@ impl Default for OpMetrics {
             snapshot_installs: Counter::default(),
             peer_rtt: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             locks: Default::default(),
+            authority_refusals: Default::default(),
         }
     }
 }
@@ -125,6 +128,7 @@ impl OpMetrics {
             self.peer_rtt.clone(),
         );
         self.locks.register(registry);
+        self.authority_refusals.register(registry);
     }
 
     /// One heartbeat round trip to `peer`.

@@ -12,10 +12,11 @@
 //! lost quorum (answered OperationTimeout, like any write whose fate is
 //! unknown) may have made some of its changes and not the others.
 //!
-//! Authorization is ZooKeeper's: ADMIN on `/zookeeper/config`, whose ACL
-//! grants everyone READ only, so in effect the super user. The answer is
-//! the membership after the last change (the ZooKeeper door shows it as
-//! the new `/zookeeper/config`).
+//! Who may reconfig is [`crate::authority`]'s decision, made before the
+//! request gets here (as ZooKeeper's: in effect the super user, whom
+//! `/zookeeper/config`'s ACL alone lets change it). The answer is the
+//! membership after the last change (the ZooKeeper door shows it as the
+//! new `/zookeeper/config`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
@@ -28,7 +29,7 @@ use warden_protocol::pb::{self, response::Result as Res, ErrorCode};
 use super::clients::Slot;
 use super::{frames, Core};
 use crate::ops::Failure;
-use crate::proto::{self, AuthId};
+use crate::proto;
 use crate::watch::ConnId;
 
 /// One membership change of a reconfig.
@@ -223,15 +224,9 @@ fn check_quorum(changes: &[Change], now: &Members) -> Result<(), Failure> {
 impl Core {
     /// A reconfig request: refused, answered at once (nothing to change),
     /// or its first change proposed.
-    pub(super) fn reconfig_slot(
-        &mut self,
-        conn: ConnId,
-        xid: u64,
-        ids: &[AuthId],
-        r: pb::ReconfigRequest,
-    ) -> Slot {
+    pub(super) fn reconfig_slot(&mut self, conn: ConnId, xid: u64, r: pb::ReconfigRequest) -> Slot {
         let zxid = self.m.tree.applied_index();
-        let changes = match self.plan_reconfig(ids, &r) {
+        let changes = match self.plan_reconfig(&r) {
             Ok(changes) => changes,
             Err(f) => {
                 debug!(conn, code = ?f.code, why = %f.message, "reconfig refused");
@@ -276,22 +271,7 @@ impl Core {
         }
     }
 
-    fn plan_reconfig(
-        &self,
-        ids: &[AuthId],
-        r: &pb::ReconfigRequest,
-    ) -> Result<Vec<Change>, Failure> {
-        const CONFIG: &str = crate::zk::reserved::CONFIG;
-        let admin = warden_protocol::perms::ADMIN;
-        if !crate::tree::acl::allowed(&crate::zk::reserved::config_acl(), ids, admin) {
-            return Err(Failure::new(
-                ErrorCode::NoAuth,
-                format!(
-                    "reconfig: {}",
-                    crate::tree::acl::no_auth_message(CONFIG, admin, ids)
-                ),
-            ));
-        }
+    fn plan_reconfig(&self, r: &pb::ReconfigRequest) -> Result<Vec<Change>, Failure> {
         let status = self.cluster_status();
         if let Some(wanted) = r.config_version {
             let version = crate::zk::reserved::config_version(&status);
