@@ -187,7 +187,11 @@ fn a_cluster_is_backed_up_wiped_and_restored_from_one_file() {
         cluster.launch_spare(i);
         let id = i.to_string();
         let peer = cluster.peer_addr(i).to_string();
-        ok_stdout(&wardenctl(&one, &["cluster", "add", &id, &peer]));
+        // Membership is the super user's once there is one.
+        ok_stdout(&wardenctl(
+            &one,
+            &["--auth", SUPER, "cluster", "add", &id, &peer],
+        ));
         cluster.await_ready(i);
         let node = cluster.addr(i).to_string();
         warden_testkit::wait_until(Duration::from_secs(30), "node catches up", || {

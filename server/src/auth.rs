@@ -70,6 +70,12 @@ impl AuthConfig {
         self.super_user.is_some() || self.users.is_some()
     }
 
+    /// Whether `--super-digest` names a super user: the cluster's admin
+    /// ([`crate::authority`]).
+    pub fn has_super_user(&self) -> bool {
+        self.super_user.is_some()
+    }
+
     /// The identities an auth request adds, or why it is refused.
     pub fn authenticate(&self, scheme: &str, auth: &[u8]) -> Result<Vec<AuthId>, String> {
         if scheme != "digest" {

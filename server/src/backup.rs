@@ -10,6 +10,9 @@
 //! the way a leader's snapshot is installed on a follower
 //! ([`DiskStorage::apply_snapshot`]), with the group reduced to the one
 //! restored node: it starts as a group of one, and other nodes join it.
+//! The backup's member addresses are left behind: the restored server's
+//! peers are the ones its operator gives it (`--peers` or the config
+//! file), never the old cluster's.
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -125,6 +128,9 @@ pub struct Restored {
     pub index: u64,
     pub term: u64,
     pub nodes: usize,
+    /// The backup's member addresses (id, peer address), not kept: the
+    /// restored server's members come from its operator.
+    pub left_behind: Vec<(u64, String)>,
 }
 
 /// `warden restore`: a new data dir `dir` for server `id` holding the
@@ -138,8 +144,20 @@ pub fn restore(snapshot: &Path, dir: &Path, id: u64) -> Result<Restored, String>
     let mut snap = snapfile::decode(snapshot, bytes).map_err(|e| e.to_string())?;
     // A whole file can still hold no tree: decoded here, before anything
     // is written.
-    let decoded = proto::Snapshot::decode(&snap.data[..])
+    let mut decoded = proto::Snapshot::decode(&snap.data[..])
         .map_err(|e| format!("{}: the tree does not decode: {e}", snapshot.display()))?;
+    // The old cluster's member addresses stay behind: at start they
+    // would override the operator's --peers, and the restored server
+    // would dial, and hear, the old cluster's servers. Its members come
+    // from its operator (--peers, or the config file's `peers`), and the
+    // others join it with `cluster add`.
+    let left_behind: Vec<(u64, String)> = std::mem::take(&mut decoded.members)
+        .into_iter()
+        .map(|m| (m.id, m.addr))
+        .collect();
+    if !left_behind.is_empty() {
+        snap.data = decoded.encode_to_vec().into();
+    }
     let tree = DataTree::from_snapshot_owned(decoded)
         .map_err(|e| format!("{}: not a valid tree: {e}", snapshot.display()))?;
     let meta = snap.get_metadata().clone();
@@ -181,6 +199,7 @@ pub fn restore(snapshot: &Path, dir: &Path, id: u64) -> Result<Restored, String>
         index: meta.index,
         term: meta.term,
         nodes: tree.node_count(),
+        left_behind,
     })
 }
 

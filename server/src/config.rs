@@ -267,6 +267,18 @@ pub struct ServeArgs {
     /// world:anyone:cdrwa.
     #[arg(long, value_name = "ACL", env = "WARDEN_HTTP_LOCK_ACL")]
     pub http_lock_acl: Option<String>,
+    /// The four-letter words answered to anyone, as ZooKeeper's
+    /// `4lw.commands.whitelist`: a comma list (`ruok,srvr,mntr`), `*` for
+    /// all. A word off it answers `WORD is not executed because it is not
+    /// in the whitelist.`, and its AdminServer command needs the super
+    /// user. Default: the words that show no session, client or path and
+    /// change nothing (docs/security.md: Who may do what).
+    #[arg(
+        long = "4lw-whitelist",
+        value_name = "WORDS",
+        env = "WARDEN_4LW_WHITELIST"
+    )]
+    pub four_letter_whitelist: Option<String>,
 }
 
 /// A peer in the Raft group.
@@ -335,6 +347,8 @@ pub struct Config {
     pub http_tokens: Vec<(String, String)>,
     /// ACL of the HTTP lock API's nodes; empty: world:anyone.
     pub http_lock_acl: Vec<warden_protocol::pb::Acl>,
+    /// `--4lw-whitelist`: the words answered to anyone.
+    pub four_letter_whitelist: crate::authority::Whitelist,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -466,6 +480,10 @@ impl ServeArgs {
             Some(text) => warden_protocol::auth::parse_acl(text)
                 .map_err(|e| ConfigError::Auth(format!("--http-lock-acl: {e}")))?,
         };
+        let four_letter_whitelist = match &self.four_letter_whitelist {
+            None => crate::authority::Whitelist::default(),
+            Some(text) => crate::authority::Whitelist::parse(text).map_err(ConfigError::Auth)?,
+        };
         Ok(Config {
             id: self.id,
             data_dir: self.data_dir,
@@ -502,6 +520,7 @@ impl ServeArgs {
             zk_read_only: self.zk_read_only,
             http_tokens,
             http_lock_acl,
+            four_letter_whitelist,
         })
     }
 

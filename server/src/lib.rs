@@ -18,6 +18,7 @@
 #![allow(rustdoc::private_intra_doc_links)]
 
 pub mod auth;
+pub mod authority;
 pub mod backup;
 pub mod backupfile;
 pub mod config;

@@ -159,6 +159,19 @@ fn main() -> ExitCode {
                     data_dir.display(),
                     data_dir.display()
                 );
+                if !r.left_behind.is_empty() {
+                    let old: Vec<String> = r
+                        .left_behind
+                        .iter()
+                        .map(|(id, addr)| format!("{id}={addr}"))
+                        .collect();
+                    println!(
+                        "the backup's member addresses ({}) are not kept: server {id} takes its \
+                         peers from --peers (or the config file's peers), and the others join \
+                         it with `wardenctl cluster add`",
+                        old.join(",")
+                    );
+                }
                 ExitCode::SUCCESS
             }
             Err(e) => {

@@ -58,6 +58,8 @@ pub struct OpMetrics {
     pub locks: crate::lockstats::LockMetrics,
     /// Peer connections and frames refused (see `crate::raft::peer_auth`).
     peer_refused: Family<ReasonLabel, Counter>,
+    /// Admin actions refused (see `crate::authority`).
+    pub authority_refusals: crate::authority::RefusalCounter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -86,6 +88,7 @@ impl Default for OpMetrics {
             peer_rtt: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             locks: Default::default(),
             peer_refused: Family::default(),
+            authority_refusals: Default::default(),
         }
     }
 }
@@ -164,6 +167,7 @@ impl OpMetrics {
             self.peer_refused.clone(),
         );
         self.locks.register(registry);
+        self.authority_refusals.register(registry);
     }
 
     /// One peer connection or frame refused, for `reason`.

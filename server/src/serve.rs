@@ -222,7 +222,14 @@ pub async fn serve(
             next_conn.clone(),
             cfg.tls.as_ref().map(|t| t.clients.clone()),
             limiter.clone(),
-            cfg.zk_sasl.clone(),
+            crate::zk::Access {
+                sasl_users: cfg.zk_sasl.clone(),
+                authority: crate::authority::Authority::new(
+                    &cfg.auth,
+                    cfg.four_letter_whitelist.clone(),
+                    &op_metrics,
+                ),
+            },
         ));
     }
     if !stopping {
@@ -237,6 +244,7 @@ pub async fn serve(
                 tokens: cfg.http_tokens.clone(),
                 lock_acl: cfg.http_lock_acl.clone(),
                 auth: cfg.auth.clone(),
+                four_letter_whitelist: cfg.four_letter_whitelist.clone(),
             },
         );
         // Counted apart from the client doors (see http/limited.rs); the

@@ -53,7 +53,11 @@ fn a_word_with_a_newline_after_it_is_answered_whole() {
 
 #[test]
 fn four_letter_words_answer() {
-    let server = Server::start();
+    // Every word, the ones off the default whitelist included.
+    let server = Server::start_with(warden_testkit::ServerOptions {
+        extra_args: vec!["--4lw-whitelist".into(), "*".into()],
+        ..Default::default()
+    });
     assert_eq!(four_letter(server.zk_addr(), "ruok"), "imok");
     let srvr = four_letter(server.zk_addr(), "srvr");
     assert!(srvr.contains("Mode: standalone"), "{srvr}");

@@ -62,6 +62,11 @@ pub struct ServerOptions {
     pub snapshot_entries: Option<u64>,
     /// More flags; [`NODE_ID`] in one is replaced by the node's id.
     pub extra_args: Vec<String>,
+    /// The address a lone [`Server`](crate::Server)'s client, ZooKeeper
+    /// and HTTP ports bind: 127.0.0.1, or another address of this host so
+    /// that its callers are not on loopback (a test's own veth in a network
+    /// namespace it made).
+    pub listen_ip: String,
 }
 
 impl Default for ServerOptions {
@@ -71,6 +76,7 @@ impl Default for ServerOptions {
             min_session_timeout_ms: 500,
             snapshot_entries: None,
             extra_args: Vec::new(),
+            listen_ip: "127.0.0.1".to_string(),
         }
     }
 }

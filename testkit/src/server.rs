@@ -31,14 +31,15 @@ impl Server {
         loop {
             attempt += 1;
             let ports = free_ports(3);
+            let ip = &opts.listen_ip;
             let mut process = Process::new(
                 dir.path().to_path_buf(),
-                format!("127.0.0.1:{}", ports[0]),
+                format!("{ip}:{}", ports[0]),
                 None,
                 opts.clone(),
             );
-            process.zk_listen = format!("127.0.0.1:{}", ports[1]);
-            process.http_listen = format!("127.0.0.1:{}", ports[2]);
+            process.zk_listen = format!("{ip}:{}", ports[1]);
+            process.http_listen = format!("{ip}:{}", ports[2]);
             let mut s = Server { process, dir: None };
             s.process.launch();
             match s.process.try_await_ready(Instant::now() + READY_TIMEOUT) {

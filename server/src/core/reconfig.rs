@@ -16,10 +16,11 @@
 //! lately: the rule of [`super::quorum`], the same as the native door's
 //! (`force` skips it; the ZooKeeper door never sets it).
 //!
-//! Authorization is ZooKeeper's: ADMIN on `/zookeeper/config`, whose ACL
-//! grants everyone READ only, so in effect the super user. The answer is
-//! the membership after the last change (the ZooKeeper door shows it as
-//! the new `/zookeeper/config`).
+//! Who may reconfig is [`crate::authority`]'s decision, made before the
+//! request gets here (as ZooKeeper's: in effect the super user, whom
+//! `/zookeeper/config`'s ACL alone lets change it). The answer is the
+//! membership after the last change (the ZooKeeper door shows it as the
+//! new `/zookeeper/config`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -32,7 +33,7 @@ use warden_protocol::pb::{self, response::Result as Res, ErrorCode};
 use super::clients::Slot;
 use super::{frames, quorum, Core};
 use crate::ops::Failure;
-use crate::proto::{self, AuthId};
+use crate::proto;
 use crate::watch::ConnId;
 
 /// One membership change of a reconfig.
@@ -191,15 +192,9 @@ pub fn plan(r: &pb::ReconfigRequest, now: &Members, me: u64) -> Result<Vec<Chang
 impl Core {
     /// A reconfig request: refused, answered at once (nothing to change),
     /// or its first change proposed.
-    pub(super) fn reconfig_slot(
-        &mut self,
-        conn: ConnId,
-        xid: u64,
-        ids: &[AuthId],
-        r: pb::ReconfigRequest,
-    ) -> Slot {
+    pub(super) fn reconfig_slot(&mut self, conn: ConnId, xid: u64, r: pb::ReconfigRequest) -> Slot {
         let zxid = self.m.tree.applied_index();
-        let changes = match self.plan_reconfig(ids, &r) {
+        let changes = match self.plan_reconfig(&r) {
             Ok(changes) => changes,
             Err(f) => {
                 debug!(conn, code = ?f.code, why = %f.message, "reconfig refused");
@@ -244,22 +239,7 @@ impl Core {
         }
     }
 
-    fn plan_reconfig(
-        &self,
-        ids: &[AuthId],
-        r: &pb::ReconfigRequest,
-    ) -> Result<Vec<Change>, Failure> {
-        const CONFIG: &str = crate::zk::reserved::CONFIG;
-        let admin = warden_protocol::perms::ADMIN;
-        if !crate::tree::acl::allowed(&crate::zk::reserved::config_acl(), ids, admin) {
-            return Err(Failure::new(
-                ErrorCode::NoAuth,
-                format!(
-                    "reconfig: {}",
-                    crate::tree::acl::no_auth_message(CONFIG, admin, ids)
-                ),
-            ));
-        }
+    fn plan_reconfig(&self, r: &pb::ReconfigRequest) -> Result<Vec<Change>, Failure> {
         let status = self.cluster_status();
         if let Some(wanted) = r.config_version {
             let version = crate::zk::reserved::config_version(&status);

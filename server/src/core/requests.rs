@@ -14,6 +14,7 @@ use super::clients::{ReadIndexWait, Slot};
 use super::frames;
 use super::proposals::Waiter;
 use super::{Core, CoreMsg, Door};
+use crate::authority::{Action, Authority, Caller};
 use crate::limits;
 use crate::ops::{self, Failure, Plan};
 use crate::proto::{self, txn::Kind, AuthInfo, CloseReason, Txn};
@@ -212,6 +213,7 @@ impl Core {
             return;
         };
         let door = c.door;
+        let peer = c.peer;
         let read_only = c.read_only;
         let ids = c.ids.clone();
         let zxid = self.m.tree.applied_index();
@@ -252,6 +254,24 @@ impl Core {
             return;
         }
         let plan = ops::plan(op, session_id, &ids);
+        if matches!(
+            plan,
+            Plan::AddMember(_) | Plan::RemoveMember(_) | Plan::Reconfig(_)
+        ) {
+            // The authority decides, before anything else looks at it.
+            let caller = Caller {
+                ids: &ids,
+                addr: peer.ip(),
+            };
+            let checked = self
+                .authority()
+                .check(Action::MembershipChange, door.into(), &caller);
+            if let Err(why) = checked {
+                let f = Failure::new(ErrorCode::NoAuth, why.to_string());
+                self.answer(conn, Slot::Done(frames::error(xid, zxid, f)), op_name);
+                return;
+            }
+        }
         if read_only && self.read_only_request(conn, xid, session_id, &plan, op_name) {
             return;
         }
@@ -268,22 +288,6 @@ impl Core {
                     zxid,
                     Ok(Some(Res::ClusterStatus(status))),
                 ))
-            }
-            Plan::AddMember(_) | Plan::RemoveMember(_)
-                if !crate::tree::acl::allowed(
-                    self.m.tree.node_acl("/").unwrap_or(&[]),
-                    &ids,
-                    warden_protocol::perms::ADMIN,
-                ) =>
-            {
-                // Membership is the cluster's, guarded by ADMIN on the
-                // root. Checked on this server's tree: a conf change is
-                // not a Txn the tree applies.
-                let f = Failure::new(
-                    ErrorCode::NoAuth,
-                    crate::tree::acl::no_auth_message("/", warden_protocol::perms::ADMIN, &ids),
-                );
-                Slot::Done(frames::error(xid, zxid, f))
             }
             Plan::AddMember(r) => {
                 let change_type = if r.learner {
@@ -311,7 +315,7 @@ impl Core {
                 String::new(),
                 r.force,
             ),
-            Plan::Reconfig(r) => self.reconfig_slot(conn, xid, &ids, r),
+            Plan::Reconfig(r) => self.reconfig_slot(conn, xid, r),
             Plan::Read { op, linearizable } => {
                 // `--unsafe-skip-read-index` (selftest only) answers from the
                 // local tree: a known-bad mode the Jepsen suite must catch.
@@ -374,6 +378,16 @@ impl Core {
             }
         };
         self.answer(conn, slot, op_name);
+    }
+
+    /// Who may do what ([`crate::authority`]): this server's admin and
+    /// whitelist, refusals counted in its metrics.
+    fn authority(&self) -> Authority {
+        Authority::new(
+            &self.m.cfg.auth,
+            self.m.cfg.four_letter_whitelist.clone(),
+            &self.m.op_metrics,
+        )
     }
 
     /// An auth request: adds identities to the connection, answered in

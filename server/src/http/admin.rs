@@ -3,17 +3,20 @@
 //! names and aliases: `monitor`/`mntr`, `server_stats`/`srvr`, ...), for
 //! the tools that use the AdminServer instead of the words. `GET
 //! /commands` lists them. The figures are the words' own
-//! ([`crate::zk::fourletter`]).
+//! ([`crate::zk::fourletter`]). Commands whose word is off
+//! `--4lw-whitelist` (those that list sessions, clients or paths, or reset
+//! statistics) are the admin's ([`crate::authority`]).
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
-use axum::http::{header, StatusCode};
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
 
-use super::Http;
+use super::{CallerAddr, Http};
+use crate::authority::Action;
 use crate::core::admin::{AdminReport, ConnReport};
 use crate::zk::fourletter::{self, Host, Word, FULL_VERSION, NOT_SERVING, WORDS};
 
@@ -29,8 +32,15 @@ pub(crate) async fn list() -> Response {
     ([(header::CONTENT_TYPE, "text/html")], page).into_response()
 }
 
-/// `GET /commands/{name}`.
-pub(crate) async fn command(State(http): State<Arc<Http>>, Path(name): Path<String>) -> Response {
+/// `GET /commands/{name}`: answered if [`crate::authority`] lets the
+/// caller have it (its word is on `--4lw-whitelist`, or the caller is the
+/// admin), else 401/403 with the reason in `error`.
+pub(crate) async fn command(
+    State(http): State<Arc<Http>>,
+    ConnectInfo(CallerAddr(from)): ConnectInfo<CallerAddr>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
     let Some(word) = Word::from_command(&name) else {
         return answer(
             StatusCode::NOT_FOUND,
@@ -40,6 +50,14 @@ pub(crate) async fn command(State(http): State<Arc<Http>>, Path(name): Path<Stri
         );
     };
     let cmd = Value::from(word.command());
+    if let Err(refused) = http.authorize(Action::AdminCommand(word), &headers, from) {
+        return answer(
+            refused.status(),
+            cmd,
+            Map::new(),
+            Some(refused.message().to_string()),
+        );
+    }
     let Some(r) = fourletter::report(&http.core, word).await else {
         return answer(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -20,7 +20,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::oneshot;
 use warden_protocol::pb;
 
-use super::{error, health, Http};
+use super::{error, health, CallerAddr, Http};
 use crate::core::{CoreMsg, ServerStats};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -329,8 +329,24 @@ fn catch_up(counter: &Counter, total: u64) {
     }
 }
 
-/// `GET /metrics`.
-pub(crate) async fn metrics(State(http): State<Arc<Http>>) -> Response {
+/// `GET /metrics`: everyone's ([`crate::authority`]: counts and
+/// latencies, no session id or path).
+pub(crate) async fn metrics(
+    State(http): State<Arc<Http>>,
+    ConnectInfo(CallerAddr(from)): ConnectInfo<CallerAddr>,
+) -> Response {
+    let ids = crate::auth::connection_ids(from, None);
+    let caller = crate::authority::Caller {
+        ids: &ids,
+        addr: from.ip(),
+    };
+    let asked = crate::authority::Action::Metrics;
+    if let Err(why) = http
+        .authority
+        .check(asked, crate::authority::Door::Http, &caller)
+    {
+        return error(StatusCode::FORBIDDEN, why.to_string());
+    }
     if let Some(s) = health::cluster_status(&http).await {
         http.metrics.record_cluster(&s);
     }

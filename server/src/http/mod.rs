@@ -50,8 +50,11 @@ pub struct GatewayAuth {
     pub tokens: Vec<(String, String)>,
     /// `--http-lock-acl`; empty: world:anyone.
     pub lock_acl: Vec<warden_protocol::pb::Acl>,
-    /// `--super-digest` and `--auth-users`: who may take a backup.
+    /// `--super-digest` and `--auth-users`: whose passwords are checked,
+    /// and who the admin is.
     pub auth: crate::auth::AuthConfig,
+    /// `--4lw-whitelist`: the AdminServer commands open to anyone.
+    pub four_letter_whitelist: crate::authority::Whitelist,
 }
 
 /// What every handler shares.
@@ -60,6 +63,8 @@ pub(crate) struct Http {
     locks: locks::Gateway,
     metrics: metrics::Metrics,
     auth: crate::auth::AuthConfig,
+    /// Who may take a backup or ask an AdminServer command.
+    authority: crate::authority::Authority,
     /// Push waits and lock watches (`push.rs`, `watch.rs`, `ws.rs`).
     push: push::Waits,
     watch: watch::Hubs,
@@ -72,6 +77,59 @@ impl Http {
     /// too, by their gRPC path).
     pub(crate) fn observe_request(&self, route: &str, code: u16, took: std::time::Duration) {
         self.metrics.observe_request(route, code, took);
+    }
+
+    /// Whether the caller at `from` with `headers`' credentials may do
+    /// `action` ([`crate::authority`] decides): its credentials
+    /// (`user:password`, `None` when anonymous) if so, else 401 (bad
+    /// credentials, or none where the super user's are wanted) or 403.
+    pub(crate) fn authorize(
+        &self,
+        action: crate::authority::Action,
+        headers: &axum::http::HeaderMap,
+        from: SocketAddr,
+    ) -> Result<Option<String>, ApiError> {
+        use axum::http::StatusCode;
+        let credentials = self.locks.credentials(headers)?;
+        let mut ids = crate::auth::connection_ids(from, None);
+        if let Some(c) = &credentials {
+            let given = self
+                .auth
+                .authenticate("digest", c.as_bytes())
+                .map_err(|e| ApiError::new(StatusCode::UNAUTHORIZED, e))?;
+            ids.extend(given);
+        }
+        let caller = crate::authority::Caller {
+            ids: &ids,
+            addr: from.ip(),
+        };
+        match self
+            .authority
+            .check(action, crate::authority::Door::Http, &caller)
+        {
+            Ok(()) => Ok(credentials),
+            Err(why) if why.wants_credentials() => {
+                Err(ApiError::new(StatusCode::UNAUTHORIZED, why.to_string()))
+            }
+            Err(why) => Err(ApiError::new(StatusCode::FORBIDDEN, why.to_string())),
+        }
+    }
+}
+
+/// The address an HTTP or gRPC caller connects from (the TCP peer: a proxy
+/// in front of the port is the caller as far as Warden can tell).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CallerAddr(pub(crate) SocketAddr);
+
+impl<L>
+    axum::extract::connect_info::Connected<
+        axum::serve::IncomingStream<'_, limited::LimitedListener<L>>,
+    > for CallerAddr
+where
+    L: axum::serve::Listener<Addr = SocketAddr>,
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, limited::LimitedListener<L>>) -> Self {
+        CallerAddr(*stream.remote_addr())
     }
 }
 
@@ -99,6 +157,11 @@ pub(crate) fn lock_api(
             auth.lock_acl,
         ),
         metrics: metrics::Metrics::new(op_metrics),
+        authority: crate::authority::Authority::new(
+            &auth.auth,
+            auth.four_letter_whitelist,
+            op_metrics,
+        ),
         auth: auth.auth,
         push: push::Waits::default(),
         watch: watch::Hubs::default(),
@@ -115,7 +178,7 @@ pub(crate) async fn serve(
     tls: Option<crate::tls::Tls>,
     limiter: crate::limits::Limiter,
 ) {
-    let app = router(state);
+    let app = router(state).into_make_service_with_connect_info::<CallerAddr>();
     let stopped = stop.cancelled_owned();
     let served = match tls {
         None => {

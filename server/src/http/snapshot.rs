@@ -20,55 +20,44 @@
 //! would close short of its `Content-Length`, which a client sees as
 //! truncated.
 //!
-//! With `--super-digest` (or `--auth-users`) set, only the super user may
-//! take one (`Authorization: Basic` of its user:password, or a bearer
-//! token standing for it): a backup holds every znode whatever its ACL.
+//! Only the admin may take one ([`crate::authority`], `Action::Backup`):
+//! a backup holds every znode whatever its ACL, and every session's
+//! password. With `--super-digest` that is the super user
+//! (`Authorization: Basic` of its user:password, or a bearer token
+//! standing for it); without, callers on this server's own host.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use tracing::info;
 
-use super::{ApiError, Http};
+use super::{ApiError, CallerAddr, Http};
+use crate::authority::Action;
 use crate::core::CoreMsg;
 
 /// Chunks encoded ahead of what the client has taken.
 const CHUNKS_QUEUED: usize = 4;
 
-pub(crate) async fn snapshot(State(http): State<Arc<Http>>, headers: HeaderMap) -> Response {
-    match take(&http, &headers).await {
+pub(crate) async fn snapshot(
+    State(http): State<Arc<Http>>,
+    ConnectInfo(CallerAddr(from)): ConnectInfo<CallerAddr>,
+    headers: HeaderMap,
+) -> Response {
+    match take(&http, &headers, from).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
 }
 
-async fn take(http: &Http, headers: &HeaderMap) -> Result<Response, ApiError> {
-    let credentials = http.locks.credentials(headers)?;
-    if http.auth.verifies_passwords() {
-        let Some(c) = &credentials else {
-            return Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "a snapshot holds every znode: only the super user (--super-digest) may \
-                 take one; give its credentials (Authorization: Basic or Bearer)",
-            ));
-        };
-        let ids = http
-            .auth
-            .authenticate("digest", c.as_bytes())
-            .map_err(|e| ApiError::new(StatusCode::UNAUTHORIZED, e))?;
-        if !crate::ops::acl::is_super(&ids) {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "a snapshot holds every znode: only the super user (--super-digest) may take one",
-            ));
-        }
-    }
+async fn take(http: &Http, headers: &HeaderMap, from: SocketAddr) -> Result<Response, ApiError> {
+    let credentials = http.authorize(Action::Backup, headers, from)?;
     // Every write acknowledged before this request is applied here once
     // the linearizable read answers.
     let client = http.locks.connect(credentials.as_deref()).await?;

@@ -559,7 +559,7 @@ pub async fn host(data_dir: std::path::PathBuf, word: Word) -> Host {
 /// Answers `word` on `stream` (one write: clients such as kazoo read the
 /// answer with a single `recv`) and closes it.
 pub async fn answer(
-    mut stream: Stream,
+    stream: Stream,
     word: Word,
     core: mpsc::Sender<CoreMsg>,
     asker: std::net::SocketAddr,
@@ -568,9 +568,18 @@ pub async fn answer(
         return;
     };
     let host = host(r.stats.data_dir.clone(), word).await;
-    let _ = stream
-        .write_all(render(word, &r, &host, Some(&asker)).as_bytes())
-        .await;
+    reply(stream, &render(word, &r, &host, Some(&asker))).await;
+}
+
+/// Answers a word the authority refused with its reason (ZooKeeper's
+/// line for a word off the whitelist) and closes the connection.
+pub async fn refuse(stream: Stream, why: &crate::authority::Refusal) {
+    reply(stream, &format!("{why}\n")).await;
+}
+
+/// Writes `text` in one write and closes `stream`.
+async fn reply(mut stream: Stream, text: &str) {
+    let _ = stream.write_all(text.as_bytes()).await;
     let _ = stream.shutdown().await;
     drain(&mut stream).await;
 }

@@ -13,7 +13,8 @@
 //!
 //! A connection whose first four bytes spell a four-letter word (`ruok`,
 //! `srvr`, `mntr`, ...) gets the operator's answer instead
-//! ([`fourletter`]).
+//! ([`fourletter`]), if the word is on `--4lw-whitelist`
+//! ([`crate::authority`]).
 
 pub mod conn;
 pub mod fourletter;
@@ -31,10 +32,20 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::authority::{Action, Authority, Caller, Door};
 use crate::core::CoreMsg;
 use crate::limits::Limiter;
 use crate::tls::Stream;
 use crate::watch::ConnId;
+
+/// Who may do what on the ZooKeeper port.
+#[derive(Clone)]
+pub struct Access {
+    /// `--zk-sasl-jaas`'s users; `None`: SASL is refused.
+    pub sasl_users: Option<std::sync::Arc<crate::sasl::SaslUsers>>,
+    /// Decides the four-letter words ([`crate::authority`]).
+    pub authority: Authority,
+}
 
 /// Accepts ZooKeeper clients until `stop`. Connection ids come from
 /// `next_conn` so they never collide with the native door's. With `tls`
@@ -47,7 +58,7 @@ pub async fn listen(
     next_conn: std::sync::Arc<std::sync::atomic::AtomicU64>,
     tls: Option<TlsAcceptor>,
     limiter: Limiter,
-    sasl_users: Option<std::sync::Arc<crate::sasl::SaslUsers>>,
+    access: Access,
 ) {
     loop {
         let accepted = tokio::select! {
@@ -65,7 +76,10 @@ pub async fn listen(
         let core = core.clone();
         let tls = tls.clone();
         let limiter = limiter.clone();
-        let sasl_users = sasl_users.clone();
+        let Access {
+            sasl_users,
+            authority,
+        } = access.clone();
         tokio::spawn(async move {
             // Counted with the native door's connections. Over the limit,
             // the connection is closed at once, as ZooKeeper does (its
@@ -92,7 +106,16 @@ pub async fn listen(
                 return;
             }
             if let Some(word) = fourletter::Word::parse(&first4) {
-                fourletter::answer(stream, word, core, peer).await;
+                // A word carries no identity but the connection's.
+                let ids = crate::auth::connection_ids(peer, tls_subject.as_deref());
+                let caller = Caller {
+                    ids: &ids,
+                    addr: peer.ip(),
+                };
+                match authority.check(Action::FourLetterWord(word), Door::ZooKeeper, &caller) {
+                    Ok(()) => fourletter::answer(stream, word, core, peer).await,
+                    Err(why) => fourletter::refuse(stream, &why).await,
+                }
             } else {
                 conn::serve(
                     stream,

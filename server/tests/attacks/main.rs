@@ -9,3 +9,4 @@
 
 mod peers;
 mod quorum;
+mod authority;
