@@ -233,6 +233,17 @@ pub struct ServeArgs {
     /// world:anyone:cdrwa.
     #[arg(long, value_name = "ACL", env = "WARDEN_HTTP_LOCK_ACL")]
     pub http_lock_acl: Option<String>,
+    /// The shortest lease TTL the lock API (HTTP, gRPC, WebSocket)
+    /// accepts, in ms; a shorter `ttl_ms` is refused (400 naming the
+    /// field and this minimum). Every lease and waiter rewrites its node
+    /// every third of its TTL, so this bounds the writes one caller causes.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = crate::limits::LOCK_TTL_MS_MIN_DEFAULT,
+        env = "WARDEN_MIN_LOCK_TTL_MS"
+    )]
+    pub min_lock_ttl_ms: u64,
 }
 
 /// A peer in the Raft group.
@@ -291,6 +302,8 @@ pub struct Config {
     pub http_tokens: Vec<(String, String)>,
     /// ACL of the HTTP lock API's nodes; empty: world:anyone.
     pub http_lock_acl: Vec<warden_protocol::pb::Acl>,
+    /// Shortest lease TTL of the lock API (`--min-lock-ttl-ms`).
+    pub min_lock_ttl_ms: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -407,6 +420,17 @@ impl ServeArgs {
             Some(text) => warden_protocol::auth::parse_acl(text)
                 .map_err(|e| ConfigError::Auth(format!("--http-lock-acl: {e}")))?,
         };
+        let lock_ttl_max = usize::try_from(crate::limits::LOCK_TTL_MS_MAX).unwrap_or(usize::MAX);
+        if !(1..=lock_ttl_max)
+            .contains(&usize::try_from(self.min_lock_ttl_ms).unwrap_or(usize::MAX))
+        {
+            return Err(ConfigError::Limit {
+                flag: "--min-lock-ttl-ms",
+                min: 1,
+                max: lock_ttl_max,
+                got: usize::try_from(self.min_lock_ttl_ms).unwrap_or(usize::MAX),
+            });
+        }
         Ok(Config {
             id: self.id,
             data_dir: self.data_dir,
@@ -439,6 +463,7 @@ impl ServeArgs {
             zk_read_only: self.zk_read_only,
             http_tokens,
             http_lock_acl,
+            min_lock_ttl_ms: self.min_lock_ttl_ms,
         })
     }
 

@@ -236,6 +236,7 @@ pub async fn serve(
                 tokens: cfg.http_tokens.clone(),
                 lock_acl: cfg.http_lock_acl.clone(),
                 auth: cfg.auth.clone(),
+                min_lock_ttl_ms: cfg.min_lock_ttl_ms,
             },
         );
         // Counted apart from the client doors (see http/limited.rs); the

@@ -29,6 +29,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::http::{get_json, post, post_text};
 use serde_json::{json, Value};
+use warden_server::http::holder::label_of;
 use warden_testkit::{wait_until, Server};
 
 /// Seed 000's acquire example, its keys quoted.
@@ -258,7 +259,9 @@ fn seed_000_examples() {
     );
     assert_eq!(c["acquired"], Value::Bool(false));
     assert_eq!(c["client_id"], "worker-8");
-    assert_eq!(c["holder"]["client_id"], "worker-7");
+    // The holder by its label: a client_id is its holder's secret.
+    assert_eq!(c["holder"]["label"], label_of(None, "worker-7").as_str());
+    assert!(!c.to_string().contains("worker-7"), "{c}");
     assert_eq!(c["holder"]["fencing_token"], token);
 
     // -> Returns: { renewed: true, new_expires_at: "..." }
@@ -345,7 +348,8 @@ fn seed_004_examples() {
     assert_eq!(c["acquired"], Value::Bool(false));
     assert_eq!(c["lock_key"], lock);
     assert_eq!(c["client_id"], "client_service_worker_az2_01");
-    assert_eq!(c["holder"]["client_id"], me);
+    assert_eq!(c["holder"]["label"], label_of(None, me).as_str());
+    assert!(!c.to_string().contains(me), "{c}");
     assert!(
         c["error"].as_str().is_some_and(|m| m.contains("2000 ms")),
         "{c}"

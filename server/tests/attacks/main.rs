@@ -6,3 +6,5 @@
 //! commit that added it says so).
 //!
 //! One binary for all of them (one link in CI); one module per boundary.
+
+mod gateway;
