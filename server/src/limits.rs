@@ -101,6 +101,19 @@ pub const GATEWAY_SESSIONS_MAX: usize = 64;
 /// least recently used session, not another source's, so one source
 /// cycling through identities cannot push every other caller out.
 pub const GATEWAY_SESSIONS_PER_SOURCE_MAX: usize = 16;
+/// The longest grace period a push wait (SSE, WebSocket) may ask for: 5
+/// minutes. A wait keeps its place in line that long after its last
+/// stream went, holding a queue node and a task for nobody.
+pub const PUSH_GRACE_MS_MAX: u64 = 5 * 60 * 1000;
+/// Most push waits one server keeps at once (attached or in their grace):
+/// each is a task, a queue node and a session's watch (503 past it).
+pub const PUSH_WAITS_MAX: usize = 10_000;
+/// Most locks one server watches for holder streams at once: each is a
+/// recipe watch and a history (503 past it).
+pub const WATCH_HUBS_MAX: usize = 1024;
+/// Changes a lock watch keeps for resuming streams: 256 holder states of
+/// ~200 bytes each per watched lock.
+pub const WATCH_HISTORY_MAX: usize = 256;
 
 /// The limits in force (validated flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -437,7 +437,7 @@ fn bad_input_gets_a_clear_error() {
     refused(
         &format!("{events}?client_id=b&ttl_ms=0"),
         400,
-        "ttl_ms must be between 1 and",
+        "ttl_ms must be between 1000 and",
     );
     refused(
         &format!("{events}?client_id=b&ttl_ms=1000&grace_ms=999999999"),
@@ -472,7 +472,7 @@ fn bad_input_gets_a_clear_error() {
         (r#"{"op": "acquire", "client_id": "b"}"#, "missing ttl_ms"),
         (
             r#"{"op": "acquire", "client_id": "b", "ttl_ms": 0}"#,
-            "ttl_ms must be between 1 and",
+            "ttl_ms must be between 1000 and",
         ),
         (
             r#"{"op": "acquire", "client_id": "b", "ttl_ms": "x"}"#,

@@ -151,13 +151,27 @@ impl HolderLock {
         ttl: Duration,
     ) -> Result<Lease> {
         let proof = self.proof(client_id);
-        let lease = self.lock.renew(name, &proof, token, ttl).await?;
+        let renewed = self.lock.renew(name, &proof, token, ttl).await;
+        let lease = renewed.map_err(|e| Self::as_sent(e, &proof, client_id))?;
         Ok(Self::own(lease, client_id))
     }
 
     /// [`LeaseLock::release`]: only the caller that proves holding.
     pub(crate) async fn release(&self, name: &str, client_id: &str, token: u64) -> Result<()> {
-        self.lock.release(name, &self.proof(client_id), token).await
+        let proof = self.proof(client_id);
+        let released = self.lock.release(name, &proof, token).await;
+        released.map_err(|e| Self::as_sent(e, &proof, client_id))
+    }
+
+    /// A refusal naming the caller's `client_id`, as it sent it, where the
+    /// recipe names the proof it was given.
+    fn as_sent(e: warden_recipes::Error, proof: &str, client_id: &str) -> warden_recipes::Error {
+        match e {
+            warden_recipes::Error::NotHolder(m) => warden_recipes::Error::NotHolder(
+                m.replace(&format!("{proof:?}"), &format!("{client_id:?}")),
+            ),
+            other => other,
+        }
     }
 
     /// [`LeaseLock::state`]: the holder as stored (show its [`label`]).

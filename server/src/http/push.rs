@@ -58,10 +58,7 @@ use super::{contract, ApiError, Http};
 
 /// How long a wait outlives its last stream unless `grace_ms` says.
 pub const PUSH_GRACE_MS_DEFAULT: u64 = 15_000;
-/// The longest grace period a wait may ask for: 5 minutes.
-pub const PUSH_GRACE_MS_MAX: u64 = 5 * 60 * 1000;
-/// Most waits one server keeps at once (attached or in their grace).
-pub const PUSH_WAITS_MAX: usize = 10_000;
+pub use crate::limits::{PUSH_GRACE_MS_MAX, PUSH_WAITS_MAX};
 /// A push wait's timeout: in effect none (the caller ends a wait by
 /// hanging up, or with `cancel` on a WebSocket).
 const PUSH_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);

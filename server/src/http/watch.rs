@@ -55,12 +55,9 @@ use super::locks::{bad, check_name, refusal};
 use super::push::{query_u64, KEEP_ALIVE};
 use super::{contract, ApiError, Http};
 
-/// Changes a hub keeps for resuming streams.
-pub const WATCH_HISTORY_MAX: usize = 256;
+pub use crate::limits::{WATCH_HISTORY_MAX, WATCH_HUBS_MAX};
 /// How long a hub outlives its last stream.
 pub const WATCH_LINGER: Duration = Duration::from_secs(60);
-/// Most hubs one server keeps at once.
-pub const WATCH_HUBS_MAX: usize = 1024;
 /// Live changes a slow stream may fall behind before it is ended (it
 /// resumes from its last version).
 const WATCH_BACKLOG_MAX: usize = 1024;
