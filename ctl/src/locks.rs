@@ -94,10 +94,11 @@ pub async fn run(
     Ok(())
 }
 
-/// Who holds or waits, for people: a lease's client id or the node's
-/// text, else the session.
+/// Who holds or waits, for people: a lease's label (the server never
+/// shows a lease's client id, its holder's secret), the node's text, else
+/// the session.
 fn who(c: &Value) -> String {
-    if let Some(id) = c["client_id"].as_str() {
+    if let Some(id) = c["label"].as_str().or(c["client_id"].as_str()) {
         return id.to_string();
     }
     match c["session_id"].as_str() {
@@ -187,6 +188,10 @@ mod tests {
     #[test]
     fn holders_show_a_client_id_or_a_session() {
         assert_eq!(who(&serde_json::json!({"client_id": "w-7"})), "w-7");
+        assert_eq!(
+            who(&serde_json::json!({"label": "h-0123456789ab"})),
+            "h-0123456789ab"
+        );
         assert_eq!(
             who(&serde_json::json!({"session_id": "0x1"})),
             "session 0x1"

@@ -76,6 +76,18 @@ impl AuthConfig {
         self.super_user.is_some()
     }
 
+    /// Whether a password of `user` that [`authenticate`](Self::authenticate)
+    /// accepts was checked against something the operator configured
+    /// (the super user, or a user list): the HTTP door's gateway opens a
+    /// session for such a credential without asking the tree.
+    pub fn vouches_for(&self, user: &str) -> bool {
+        self.users.is_some()
+            || self
+                .super_user
+                .as_ref()
+                .is_some_and(|(name, _)| name == user)
+    }
+
     /// The identities an auth request adds, or why it is refused.
     pub fn authenticate(&self, scheme: &str, auth: &[u8]) -> Result<Vec<AuthId>, String> {
         if scheme != "digest" {

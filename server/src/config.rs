@@ -279,6 +279,17 @@ pub struct ServeArgs {
         env = "WARDEN_4LW_WHITELIST"
     )]
     pub four_letter_whitelist: Option<String>,
+    /// The shortest lease TTL the lock API (HTTP, gRPC, WebSocket)
+    /// accepts, in ms; a shorter `ttl_ms` is refused (400 naming the
+    /// field and this minimum). Every lease and waiter rewrites its node
+    /// every third of its TTL, so this bounds the writes one caller causes.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = crate::limits::LOCK_TTL_MS_MIN_DEFAULT,
+        env = "WARDEN_MIN_LOCK_TTL_MS"
+    )]
+    pub min_lock_ttl_ms: u64,
 }
 
 /// A peer in the Raft group.
@@ -349,6 +360,8 @@ pub struct Config {
     pub http_lock_acl: Vec<warden_protocol::pb::Acl>,
     /// `--4lw-whitelist`: the words answered to anyone.
     pub four_letter_whitelist: crate::authority::Whitelist,
+    /// Shortest lease TTL of the lock API (`--min-lock-ttl-ms`).
+    pub min_lock_ttl_ms: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -484,6 +497,17 @@ impl ServeArgs {
             None => crate::authority::Whitelist::default(),
             Some(text) => crate::authority::Whitelist::parse(text).map_err(ConfigError::Auth)?,
         };
+        let lock_ttl_max = usize::try_from(crate::limits::LOCK_TTL_MS_MAX).unwrap_or(usize::MAX);
+        if !(1..=lock_ttl_max)
+            .contains(&usize::try_from(self.min_lock_ttl_ms).unwrap_or(usize::MAX))
+        {
+            return Err(ConfigError::Limit {
+                flag: "--min-lock-ttl-ms",
+                min: 1,
+                max: lock_ttl_max,
+                got: usize::try_from(self.min_lock_ttl_ms).unwrap_or(usize::MAX),
+            });
+        }
         Ok(Config {
             id: self.id,
             data_dir: self.data_dir,
@@ -521,6 +545,7 @@ impl ServeArgs {
             http_tokens,
             http_lock_acl,
             four_letter_whitelist,
+            min_lock_ttl_ms: self.min_lock_ttl_ms,
         })
     }
 

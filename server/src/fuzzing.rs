@@ -137,11 +137,11 @@ pub fn http_json(data: &[u8]) {
         (Contract::Body, None, rest)
     };
     let checked = match (select >> 1) % 3 {
-        0 => locks::parse_acquire(contract, path, body).map(|(name, client, ttl, wait)| {
+        0 => locks::parse_acquire(contract, path, body, 1).map(|(name, client, ttl, wait)| {
             check_lock_args(&name, &client, Some(ttl));
             assert!(wait <= Duration::from_millis(locks::WAIT_TIMEOUT_MS_MAX));
         }),
-        1 => locks::parse_renew(contract, path, body).map(|(name, client, _token, ttl)| {
+        1 => locks::parse_renew(contract, path, body, 1).map(|(name, client, _token, ttl)| {
             check_lock_args(&name, &client, Some(ttl));
         }),
         _ => locks::parse_release(contract, path, body).map(|(name, client, _token)| {

@@ -81,6 +81,53 @@ pub const PEER_CONTACTS_MAX: usize = 256;
 /// path.
 pub const REQUEST_BYTES_MIN: usize = 1024;
 
+// The lock service (the HTTP, gRPC and WebSocket doors, `crate::http`):
+// what one caller of the lock API may ask of the cluster. Each is checked
+// where the request is parsed, and refused with a 400 (gRPC
+// INVALID_ARGUMENT) naming the field and the bound.
+
+/// The longest lease one request may ask for: 24 hours. A lease outlives
+/// its holder by its TTL, so a longer one would keep a crashed holder's
+/// lock from everyone for days.
+pub const LOCK_TTL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+/// The shortest lease one request may ask for unless `--min-lock-ttl-ms`
+/// says otherwise: 1 s. Every lease and every waiter rewrites its node
+/// (a Raft write) every third of its TTL; at `ttl_ms=1` one waiting
+/// acquire alone is a write a millisecond for as long as it waits.
+pub const LOCK_TTL_MS_MIN_DEFAULT: u64 = 1000;
+/// The longest one acquire may wait: 5 minutes. A waiter holds a queue
+/// node and a gateway task; a caller wanting longer asks again.
+pub const LOCK_WAIT_MS_MAX: u64 = 5 * 60 * 1000;
+/// Lock names: one path segment of `[A-Za-z0-9._-]`, at most this long
+/// (the name is a znode name under the lock root).
+pub const LOCK_NAME_LEN_MAX: usize = 128;
+/// Client ids: at most this many bytes, no control characters (a client
+/// id is hashed into its lease node; this bounds the work and the bodies).
+pub const LOCK_CLIENT_ID_LEN_MAX: usize = 256;
+/// Most loopback sessions the lock API's gateway keeps, one per caller
+/// identity (the anonymous one included); beyond it the least recently
+/// used is let go (its leases are persistent nodes and live on). Each
+/// costs a session on every replica and two Raft writes (open, close).
+pub const GATEWAY_SESSIONS_MAX: usize = 64;
+/// Most of those sessions the callers from one source address may hold:
+/// past it, a new identity from that source lets go of that source's
+/// least recently used session, not another source's, so one source
+/// cycling through identities cannot push every other caller out.
+pub const GATEWAY_SESSIONS_PER_SOURCE_MAX: usize = 16;
+/// The longest grace period a push wait (SSE, WebSocket) may ask for: 5
+/// minutes. A wait keeps its place in line that long after its last
+/// stream went, holding a queue node and a task for nobody.
+pub const PUSH_GRACE_MS_MAX: u64 = 5 * 60 * 1000;
+/// Most push waits one server keeps at once (attached or in their grace):
+/// each is a task, a queue node and a session's watch (503 past it).
+pub const PUSH_WAITS_MAX: usize = 10_000;
+/// Most locks one server watches for holder streams at once: each is a
+/// recipe watch and a history (503 past it).
+pub const WATCH_HUBS_MAX: usize = 1024;
+/// Changes a lock watch keeps for resuming streams: 256 holder states of
+/// ~200 bytes each per watched lock.
+pub const WATCH_HISTORY_MAX: usize = 256;
+
 /// The limits in force (validated flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {

@@ -245,6 +245,7 @@ pub async fn serve(
                 lock_acl: cfg.http_lock_acl.clone(),
                 auth: cfg.auth.clone(),
                 four_letter_whitelist: cfg.four_letter_whitelist.clone(),
+                min_lock_ttl_ms: cfg.min_lock_ttl_ms,
             },
         );
         // Counted apart from the client doors (see http/limited.rs); the

@@ -21,6 +21,7 @@ use warden_protocol::lock::{
     AcquireRequest, GetRequest, HolderEvent, ListRequest, ReleaseRequest, RenewRequest,
     WatchRequest,
 };
+use warden_server::http::holder::label_of;
 use warden_testkit::{Server, ServerOptions, TlsCerts};
 
 /// Longest wait for any one answer or event.
@@ -129,9 +130,11 @@ async fn acquire_renew_release_reentry_and_stale_tokens() {
     // The holder as others see it (linearizable).
     let s = c.get(get("jobs")).await.unwrap().into_inner();
     let holder = s.holder.expect("held");
+    // Its label, never its client id (the holder's secret).
+    assert_eq!(holder.client_id, "");
     assert_eq!(
-        (holder.client_id.as_str(), holder.fencing_token),
-        ("worker-7", token)
+        (holder.label.as_str(), holder.fencing_token),
+        (label_of(None, "worker-7").as_str(), token)
     );
     assert_eq!(s.waiters, 0);
 
@@ -151,7 +154,11 @@ async fn acquire_renew_release_reentry_and_stale_tokens() {
         "jobs is held; not granted within 0 ms",
     );
     let m = s.metadata();
-    assert_eq!(m.get("warden-holder-client-id").unwrap(), "worker-7");
+    assert!(m.get("warden-holder-client-id").is_none());
+    assert_eq!(
+        m.get("warden-holder-label").unwrap(),
+        label_of(None, "worker-7").as_str()
+    );
     assert_eq!(
         m.get("warden-holder-fencing-token").unwrap(),
         token.to_string().as_str()
@@ -241,7 +248,7 @@ async fn grpc_and_http_share_the_locks() {
         .unwrap();
     let (st, s) = get_json(http, "/api/v1/locks/shared");
     assert_eq!(st, 200, "{s}");
-    assert_eq!(s["holder"]["client_id"], "w1");
+    assert_eq!(s["holder"]["label"], label_of(None, "w1").as_str());
     assert_eq!(s["holder"]["fencing_token"], lease.fencing_token);
     assert_eq!(s["holder"]["expires_at_ms"], lease.expires_at_ms);
     let (st, a) = post(
@@ -326,7 +333,7 @@ async fn a_waiter_is_granted_when_the_holder_releases() {
     assert_eq!(granted.client_id, "waiter");
     assert!(granted.fencing_token > first);
     let s = c.get(get("q")).await.unwrap().into_inner();
-    assert_eq!(s.holder.unwrap().client_id, "waiter");
+    assert_eq!(s.holder.unwrap().label, label_of(None, "waiter"));
 }
 
 async fn next(events: &mut Streaming<HolderEvent>) -> HolderEvent {
@@ -350,10 +357,17 @@ async fn watch(
     .into_inner()
 }
 
-/// The holder the event names (`None`: free).
-fn who(e: &HolderEvent) -> Option<&str> {
+/// The holder the event names (`None`: free), by its label: one of the
+/// anonymous client ids these tests use.
+fn who(e: &HolderEvent) -> Option<&'static str> {
     assert_eq!(e.held, e.holder.is_some(), "{e:?}");
-    e.holder.as_ref().map(|h| h.client_id.as_str())
+    e.holder.as_ref().map(|h| {
+        assert_eq!(h.client_id, "", "{e:?}");
+        ["a", "b", "c", "d"]
+            .into_iter()
+            .find(|id| label_of(None, id) == h.label)
+            .unwrap_or("someone else")
+    })
 }
 
 /// The next event naming `want` as the holder, of kind `kind`; versions
@@ -531,17 +545,16 @@ async fn list_pages_through_the_locks() {
         .unwrap()
         .into_inner();
     assert_eq!(page.consistency, "linearizable");
-    let names: Vec<(&str, &str)> = page
+    let names: Vec<(&str, String)> = page
         .locks
         .iter()
-        .map(|l| {
-            (
-                l.name.as_str(),
-                l.holder.as_ref().unwrap().client_id.as_str(),
-            )
-        })
+        .map(|l| (l.name.as_str(), l.holder.as_ref().unwrap().label.clone()))
         .collect();
-    assert_eq!(names, [("l1", "h1"), ("l2", "h2"), ("l3", "h3")]);
+    let expected: Vec<(&str, String)> = [("l1", "h1"), ("l2", "h2"), ("l3", "h3")]
+        .into_iter()
+        .map(|(l, h)| (l, label_of(None, h)))
+        .collect();
+    assert_eq!(names, expected);
     assert!(page.locks.iter().all(|l| l.kind == "http-lease"));
     assert!(page.next.is_empty(), "{page:?}");
 

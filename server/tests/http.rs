@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::http::{get_json, post, post_unread, request};
 use serde_json::{json, Value};
+use warden_server::http::holder::label_of;
 use warden_testkit::{wait_until, Cluster, Server};
 
 /// The whole `/{name}/` contract against one HTTP address.
@@ -26,7 +27,7 @@ fn lock_contract(http: &str) {
     // The holder as others see it.
     let (st, s) = get_json(http, "/api/v1/locks/jobs");
     assert_eq!(st, 200, "{s}");
-    assert_eq!(s["holder"]["client_id"], "worker-7");
+    assert_eq!(s["holder"]["label"], label_of(None, "worker-7").as_str());
     assert_eq!(s["holder"]["fencing_token"], token);
     assert_eq!(s["waiters"], 0);
 
@@ -38,7 +39,7 @@ fn lock_contract(http: &str) {
     );
     assert_eq!(st, 409, "{c}");
     assert_eq!(c["acquired"], false);
-    assert_eq!(c["holder"]["client_id"], "worker-7");
+    assert_eq!(c["holder"]["label"], label_of(None, "worker-7").as_str());
     let started = Instant::now();
     let (st, c) = post(
         http,
@@ -116,7 +117,7 @@ fn lock_contract(http: &str) {
     assert_eq!(st, 200, "{b}");
     assert!(b["fencing_token"].as_u64().expect("a token") > first);
     let (_, s) = get_json(http, "/api/v1/locks/ttl");
-    assert_eq!(s["holder"]["client_id"], "next");
+    assert_eq!(s["holder"]["label"], label_of(None, "next").as_str());
     let (st, r) = post(
         http,
         "/api/v1/locks/ttl/renew",
@@ -166,12 +167,12 @@ fn bad_requests(http: &str) {
         ),
         (
             "/api/v1/locks/x/acquire",
-            json!({"client_id": "c", "ttl_ms": 10, "wait_timeout_ms": -1}).to_string(),
+            json!({"client_id": "c", "ttl_ms": 10_000, "wait_timeout_ms": -1}).to_string(),
             "wait_timeout_ms",
         ),
         (
             "/api/v1/locks/x/acquire",
-            json!({"client_id": "c", "ttl_ms": 10, "wait_timeout_ms": 300_001}).to_string(),
+            json!({"client_id": "c", "ttl_ms": 10_000, "wait_timeout_ms": 300_001}).to_string(),
             "wait_timeout_ms",
         ),
         (
@@ -561,7 +562,7 @@ fn a_retry_through_another_server_after_a_lost_answer_is_the_same_grant() {
     let mut holder = Value::Null;
     wait_until(Duration::from_secs(20), "w1's grant is committed", || {
         holder = get_json(&http[1], "/api/v1/locks/lost").1["holder"].clone();
-        holder["client_id"] == "w1"
+        holder["label"] == label_of(None, "w1").as_str()
     });
     drop(unread);
     let (st, a) = post(&http[1], "/api/v1/locks/lost/acquire", acquire("w1", 0));
@@ -602,6 +603,6 @@ fn a_retry_through_another_server_after_a_lost_answer_is_the_same_grant() {
     );
     assert!(b1["fencing_token"].as_u64().expect("a token") > token);
     let (_, s) = get_json(&http[0], "/api/v1/locks/lost");
-    assert_eq!(s["holder"]["client_id"], "w2");
+    assert_eq!(s["holder"]["label"], label_of(None, "w2").as_str());
     assert_eq!(s["waiters"], 0, "w2 left no second node: {s}");
 }

@@ -29,6 +29,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::http::{get_json, post, post_text};
 use serde_json::{json, Value};
+use warden_server::http::holder::label_of;
 use warden_testkit::{wait_until, Server};
 
 /// Seed 000's acquire example, its keys quoted.
@@ -258,7 +259,9 @@ fn seed_000_examples() {
     );
     assert_eq!(c["acquired"], Value::Bool(false));
     assert_eq!(c["client_id"], "worker-8");
-    assert_eq!(c["holder"]["client_id"], "worker-7");
+    // The holder by its label: a client_id is its holder's secret.
+    assert_eq!(c["holder"]["label"], label_of(None, "worker-7").as_str());
+    assert!(!c.to_string().contains("worker-7"), "{c}");
     assert_eq!(c["holder"]["fencing_token"], token);
 
     // -> Returns: { renewed: true, new_expires_at: "..." }
@@ -326,7 +329,12 @@ fn seed_004_examples() {
     let token = u64_field(&a, "fencing_token");
     let expires = check_lease(&a, lock, me);
     let (ttl, mtime) = lease_node(&server, lock);
-    assert_eq!(ttl, format!("10000\n{me}"), "lease_time_ms is the TTL");
+    // The node holds the TTL and a hash of the client id, never the id.
+    assert!(
+        ttl.starts_with("10000\nh1:"),
+        "lease_time_ms is the TTL: {ttl}"
+    );
+    assert!(!ttl.contains(me), "the tree shows the client id: {ttl}");
     assert_eq!(expires, mtime + 10_000, "{a}");
 
     // Re-entrant: the same client identity gets the grant it holds.
@@ -345,7 +353,8 @@ fn seed_004_examples() {
     assert_eq!(c["acquired"], Value::Bool(false));
     assert_eq!(c["lock_key"], lock);
     assert_eq!(c["client_id"], "client_service_worker_az2_01");
-    assert_eq!(c["holder"]["client_id"], me);
+    assert_eq!(c["holder"]["label"], label_of(None, me).as_str());
+    assert!(!c.to_string().contains(me), "{c}");
     assert!(
         c["error"].as_str().is_some_and(|m| m.contains("2000 ms")),
         "{c}"
@@ -362,7 +371,10 @@ fn seed_004_examples() {
     let renewed = check_lease(&r, lock, me);
     assert_eq!(i64_field(&r, "new_expires_at"), renewed, "{r}");
     let (ttl, mtime) = lease_node(&server, lock);
-    assert_eq!(ttl, format!("5000\n{me}"), "extend_time_ms is the new TTL");
+    assert!(
+        ttl.starts_with("5000\nh1:"),
+        "extend_time_ms is the new TTL: {ttl}"
+    );
     assert_eq!(renewed, mtime + 5_000, "{r}");
     let (st, s) = answers.get(
         http,
@@ -432,7 +444,7 @@ fn a_path_form_renewal_sets_its_ttl() {
     );
     assert_eq!(st, 200, "{r}");
     let (ttl, mtime) = lease_node(&server, "ttl");
-    assert_eq!(ttl, "3000\nw");
+    assert!(ttl.starts_with("3000\nh1:"), "{ttl}");
     assert_eq!(rfc3339_field(&r, "new_expires_at"), mtime + 3_000, "{r}");
     wait_until(Duration::from_secs(30), "the lease lapses at 3 s", || {
         get_json(http, "/api/v1/locks/ttl").0 == 404

@@ -201,6 +201,13 @@ pub enum CoreMsg {
     Freeze {
         reply: oneshot::Sender<Result<Frozen, String>>,
     },
+    /// Whether the ACL of some node names the digest identity `id`
+    /// (`user:BASE64HASH`): the lock API's gateway opens a session for an
+    /// identity no user list vouches for only if the tree knows it.
+    DigestKnown {
+        id: String,
+        reply: oneshot::Sender<bool>,
+    },
     /// A page of the recognised locks (`GET /api/v1/locks`).
     Locks {
         query: crate::lockstats::LockQuery,

@@ -73,6 +73,9 @@ impl Core {
                     .map_err(|e| e.to_string());
                 let _ = reply.send(frozen);
             }
+            CoreMsg::DigestKnown { id, reply } => {
+                let _ = reply.send(self.m.tree.acl_names("digest", &id));
+            }
             CoreMsg::Locks { query, reply } => {
                 let _ = reply.send(self.m.locks.list(&self.m.tree, &query));
             }

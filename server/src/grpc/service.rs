@@ -78,9 +78,12 @@ fn client_id(id: &str) -> Result<&str, Status> {
 /// The caller's credentials travel as the `authorization` metadata,
 /// which is the HTTP/2 header the gateway reads.
 fn headers<T>(request: &Request<T>) -> HeaderMap {
-    request.metadata().clone().into_headers()
+    let mut headers = request.metadata().clone().into_headers();
+    crate::http::gateway::set_source(&mut headers, request.remote_addr());
+    headers
 }
 
+/// The caller's own lease: with the `client_id` it sent.
 fn lease(name: &str, lease: &Lease) -> pb::Lease {
     pb::Lease {
         lock_key: name.to_string(),
@@ -88,6 +91,19 @@ fn lease(name: &str, lease: &Lease) -> pb::Lease {
         fencing_token: lease.fencing_token,
         expires_at_ms: lease.expires_at_ms,
         expires_at: rfc3339(lease.expires_at_ms),
+        label: String::new(),
+    }
+}
+
+/// A lease as others see it (Get): its label, never its client id.
+fn held(name: &str, lease: &Lease) -> pb::Lease {
+    pb::Lease {
+        lock_key: name.to_string(),
+        client_id: String::new(),
+        fencing_token: lease.fencing_token,
+        expires_at_ms: lease.expires_at_ms,
+        expires_at: rfc3339(lease.expires_at_ms),
+        label: crate::http::holder::label(&lease.client_id),
     }
 }
 
@@ -137,7 +153,7 @@ impl pb::lock_service_server::LockService for Locks {
             let r = request.into_inner();
             let name = lock_key(&r.lock_key)?;
             let client_id = client_id(&r.client_id)?;
-            let ttl = check_ttl_ms("ttl_ms", r.ttl_ms).map_err(status)?;
+            let ttl = check_ttl_ms("ttl_ms", r.ttl_ms, self.api.ttl_ms_min).map_err(status)?;
             let wait = check_wait_ms(r.wait_timeout_ms).map_err(status)?;
             match acquire_lease(&self.api, &headers, name, client_id, ttl, wait)
                 .await
@@ -154,9 +170,9 @@ impl pb::lock_service_server::LockService for Locks {
                     ));
                     if let Some(h) = holder {
                         let m = refused.metadata_mut();
-                        // A client id that is not ASCII is left out.
-                        if let Ok(v) = MetadataValue::try_from(h.client_id.as_str()) {
-                            m.insert("warden-holder-client-id", v);
+                        let label = crate::http::holder::label(&h.client_id);
+                        if let Ok(v) = MetadataValue::try_from(label.as_str()) {
+                            m.insert("warden-holder-label", v);
                         }
                         m.insert("warden-holder-fencing-token", h.fencing_token.into());
                         m.insert("warden-holder-expires-at-ms", h.expires_at_ms.into());
@@ -177,7 +193,7 @@ impl pb::lock_service_server::LockService for Locks {
             let r = request.into_inner();
             let name = lock_key(&r.lock_key)?;
             let client_id = client_id(&r.client_id)?;
-            let ttl = check_ttl_ms("ttl_ms", r.ttl_ms).map_err(status)?;
+            let ttl = check_ttl_ms("ttl_ms", r.ttl_ms, self.api.ttl_ms_min).map_err(status)?;
             let stale = axum::http::StatusCode::CONFLICT;
             let l = renew_lease(
                 &self.api,
@@ -231,7 +247,7 @@ impl pb::lock_service_server::LockService for Locks {
                 .map_err(status)?
             {
                 Some((holder, waiters)) => Ok(Response::new(pb::GetResponse {
-                    holder: Some(lease(name, &holder)),
+                    holder: Some(held(name, &holder)),
                     waiters: waiters as u64,
                 })),
                 None => Err(Status::not_found(format!("{name} is free"))),
@@ -306,6 +322,7 @@ fn contender(c: &Contender) -> pb::Contender {
         fencing_token: c.fencing_token,
         session_id: c.session_id.clone().unwrap_or_default(),
         client_id: c.client_id.clone().unwrap_or_default(),
+        label: c.label.clone().unwrap_or_default(),
         created_at_ms: c.created_at_ms,
         granted_at_ms: c.granted_at_ms.unwrap_or_default(),
         expires_at_ms: c.expires_at_ms.unwrap_or_default(),
@@ -340,7 +357,8 @@ fn holder_event(m: &Value) -> Result<pb::HolderEvent, Status> {
         held,
         holder: held.then(|| pb::Lease {
             lock_key: text("lock_key"),
-            client_id: text("client_id"),
+            client_id: String::new(),
+            label: text("label"),
             fencing_token: m["fencing_token"].as_u64().unwrap_or_default(),
             expires_at_ms: m["expires_at_ms"].as_i64().unwrap_or_default(),
             expires_at: text("expires_at"),
@@ -371,7 +389,10 @@ mod tests {
         assert_eq!((e.kind.as_str(), e.lock_key.as_str()), ("change", "jobs"));
         assert_eq!((e.version, e.held, e.waiters), (99, true, 2));
         let h = e.holder.unwrap();
-        assert_eq!((h.client_id.as_str(), h.fencing_token), ("w1", 7));
+        // Another's lease: its label, never its client id.
+        assert_eq!(h.client_id, "");
+        assert_eq!(h.label, crate::http::holder::label("w1"));
+        assert_eq!(h.fencing_token, 7);
         assert_eq!(h.expires_at_ms, 1_774_834_810_234);
         assert_eq!(h.expires_at, "2026-03-30T01:40:10.234Z");
         let free = LeaseView {

@@ -62,10 +62,15 @@ fn expiry(m: &mut Map<String, Value>, ms: i64) {
     m.insert("expires_at".into(), json!(rfc3339(ms)));
 }
 
-/// A lease as others see it (a 409's `holder`, a state read).
+/// A lease as others see it (a 409's `holder`, a state read, a watch):
+/// `lease` as its node stores it, shown by its label, never its
+/// `client_id` (see `holder.rs`).
 pub(crate) fn holder(lease: &Lease) -> Value {
     let mut m = Map::new();
-    m.insert("client_id".into(), json!(lease.client_id));
+    m.insert(
+        "label".into(),
+        json!(super::holder::label(&lease.client_id)),
+    );
     m.insert("fencing_token".into(), json!(lease.fencing_token));
     expiry(&mut m, lease.expires_at_ms);
     Value::Object(m)

@@ -13,34 +13,31 @@
 //! then on, whatever the acquire asked for. The answers, with the fields
 //! of both contracts, are shaped in `contract.rs`.
 //!
-//! The gateway is a client of its own server over loopback: one session
-//! per caller identity (connected on first use, replaced if it is lost),
-//! authenticated as that digest identity, so ACLs apply to HTTP callers as
-//! to any client: a refusal is 403 naming the node, bad credentials 401.
-//! It checks the JSON and the bounds below and nothing else: the lock's
-//! rules are the recipe's. In particular an acquire is idempotent per
-//! `client_id`: one that already holds the lock gets that grant back (200,
-//! the same fencing token, renewed with the acquire's TTL), one that
-//! already waits takes up its place. So a caller whose acquire timed out, lost its connection or got
-//! a 503 retries it with the same `client_id`, through any server, and
-//! never ends up queued behind its own lease.
+//! The calls run on the caller's gateway session (`gateway.rs`: one
+//! loopback session per caller identity, so ACLs apply to HTTP callers as
+//! to any client: a refusal is 403 naming the node, bad credentials 401),
+//! through the caller's proof of holding (`holder.rs`: what proves a
+//! holder, what others are shown of it). This module checks the JSON and
+//! the bounds (`crate::limits`, and `--min-lock-ttl-ms`) and nothing else:
+//! the lock's rules are the recipe's. In particular an acquire is
+//! idempotent per `client_id` (and identity): one that already holds the
+//! lock gets that grant back (200, the same fencing token, renewed with
+//! the acquire's TTL), one that already waits takes up its place. So a
+//! caller whose acquire timed out, lost its connection or got a 503
+//! retries it with the same `client_id`, through any server, and never
+//! ends up queued behind its own lease.
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use base64::Engine as _;
 use serde_json::{Map, Value};
-use tracing::{debug, warn};
-use warden_client::{Acl, Client, ConnectOptions, ErrorCode, SessionState};
-use warden_protocol::auth::{digest_id, split_credentials};
-use warden_recipes::{Error as RecipeError, Lease, LeaseLock};
+use warden_client::ErrorCode;
+use warden_recipes::{Error as RecipeError, Lease};
 
 use super::contract;
 pub(crate) use super::contract::Contract;
@@ -48,213 +45,14 @@ use super::{error, ApiError, Http};
 
 /// Where the HTTP door keeps its locks.
 pub const LOCK_ROOT: &str = "/warden/http-locks";
-/// The longest lease one request may ask for: 24 hours.
-pub const TTL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
-/// The longest one acquire may wait: 5 minutes.
-pub const WAIT_TIMEOUT_MS_MAX: u64 = 5 * 60 * 1000;
-/// Lock names: one path segment of `[A-Za-z0-9._-]`, at most this long.
-pub const NAME_LEN_MAX: usize = 128;
-/// Client ids: at most this many bytes, no control characters.
-pub const CLIENT_ID_LEN_MAX: usize = 256;
-
-/// Most loopback sessions the gateway keeps, one per identity (the
-/// anonymous one included); beyond it the least recently used is let go
-/// (its leases are persistent nodes and live on).
-pub const GATEWAY_SESSIONS_MAX: usize = 64;
-
-/// One loopback session and the lease lock over it.
-struct Session {
-    client: Client,
-    lock: LeaseLock,
-    last_used: Instant,
-}
-
-/// The loopback sessions the lock API runs on: one per identity a caller
-/// presents (`Authorization: Basic` user:password, or a `Bearer` token
-/// standing for one), authenticated with digest auth like any client, so
-/// the ACLs treat an HTTP caller exactly as that digest identity; and an
-/// anonymous one for callers without credentials.
-pub(crate) struct Gateway {
-    addr: SocketAddr,
-    /// With TLS on: trusts exactly this server's certificate and presents
-    /// it as the client's (see `tls/pinned.rs`).
-    tls: Option<Arc<rustls::ClientConfig>>,
-    /// Bearer token -> `user:password` (`--http-token`).
-    tokens: Vec<(String, String)>,
-    /// The ACL of the nodes the lock API creates (`--http-lock-acl`).
-    acl: Vec<Acl>,
-    // A tokio mutex held across the connect on purpose: concurrent first
-    // requests wait for one session instead of each opening their own.
-    // Keyed by the digest id (`user:hash`), never by a bare user name: a
-    // wrong password must not find the session of the right one.
-    sessions: tokio::sync::Mutex<HashMap<Option<String>, Session>>,
-}
-
-impl Gateway {
-    pub(crate) fn new(
-        addr: SocketAddr,
-        tls: Option<Arc<rustls::ClientConfig>>,
-        tokens: Vec<(String, String)>,
-        acl: Vec<Acl>,
-    ) -> Self {
-        Gateway {
-            addr,
-            tls,
-            tokens,
-            acl,
-            sessions: tokio::sync::Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// The caller's credentials (`user:password`), from its Authorization
-    /// header; `None` for an anonymous caller.
-    pub(crate) fn credentials(&self, headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-        let Some(value) = headers.get(header::AUTHORIZATION) else {
-            return Ok(None);
-        };
-        let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, m);
-        let value = value
-            .to_str()
-            .map_err(|_| unauthorized("the Authorization header is not ASCII"))?;
-        let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
-        let rest = rest.trim();
-        if scheme.eq_ignore_ascii_case("basic") {
-            let decoded = base64::engine::general_purpose::STANDARD
-                .decode(rest)
-                .ok()
-                .and_then(|b| String::from_utf8(b).ok())
-                .ok_or_else(|| unauthorized("Basic credentials are not base64 of user:password"))?;
-            split_credentials(&decoded).map_err(|e| unauthorized(&e.0))?;
-            Ok(Some(decoded))
-        } else if scheme.eq_ignore_ascii_case("bearer") {
-            self.tokens
-                .iter()
-                .find(|(t, _)| same(t, rest))
-                .map(|(_, c)| Some(c.clone()))
-                .ok_or_else(|| unauthorized("unknown bearer token"))
-        } else {
-            Err(unauthorized(
-                "unsupported Authorization scheme (Basic or Bearer)",
-            ))
-        }
-    }
-
-    /// The lease lock of the caller's session, connecting (and
-    /// authenticating) it on first use.
-    pub(crate) async fn get(&self, headers: &HeaderMap) -> Result<LeaseLock, ApiError> {
-        Ok(self.session(headers).await?.1)
-    }
-
-    /// [`get`](Self::get), with the caller's identity: the session's key
-    /// (`None` for anonymous callers), which push waits and watches are
-    /// kept by.
-    pub(crate) async fn session(
-        &self,
-        headers: &HeaderMap,
-    ) -> Result<(Option<String>, LeaseLock), ApiError> {
-        let credentials = self.credentials(headers)?;
-        // The stored form of the password: a session per user *and*
-        // password, without keeping passwords as keys.
-        let key = match &credentials {
-            Some(c) => {
-                Some(digest_id(c).map_err(|e| ApiError::new(StatusCode::UNAUTHORIZED, e.0))?)
-            }
-            None => None,
-        };
-        let mut sessions = self.sessions.lock().await;
-        if let Some(s) = sessions.get_mut(&key) {
-            let state = *s.client.session_events().borrow();
-            if !matches!(state, SessionState::Expired | SessionState::Closed) {
-                s.last_used = Instant::now();
-                return Ok((key, s.lock.clone()));
-            }
-            debug!(?state, "lock gateway session lost; connecting anew");
-            sessions.remove(&key);
-        }
-        let client = self.connect(credentials.as_deref()).await?;
-        debug!(session = client.session_id(), "lock gateway connected");
-        if sessions.len() >= GATEWAY_SESSIONS_MAX {
-            let oldest = sessions
-                .iter()
-                .min_by_key(|(_, s)| s.last_used)
-                .map(|(k, _)| k.clone());
-            if let Some(k) = oldest {
-                // Dropping the handle closes the session once requests
-                // still running on it are done.
-                sessions.remove(&k);
-            }
-        }
-        let lock = LeaseLock::new(client.clone(), LOCK_ROOT).with_acl(self.acl.clone());
-        sessions.insert(
-            key.clone(),
-            Session {
-                client,
-                lock: lock.clone(),
-                last_used: Instant::now(),
-            },
-        );
-        Ok((key, lock))
-    }
-
-    /// A new session on this very server (over TLS when it serves TLS),
-    /// authenticated with `credentials` (`user:password`) if given.
-    pub(crate) async fn connect(&self, credentials: Option<&str>) -> Result<Client, ApiError> {
-        let addr = self.addr.to_string();
-        let connected = match &self.tls {
-            None => Client::connect(&addr, ConnectOptions::default()).await,
-            Some(tls) => {
-                let tls = warden_client::TlsOptions::from_rustls(tls.clone());
-                Client::connect_tls(&addr, ConnectOptions::default(), tls).await
-            }
-        };
-        let client = connected.map_err(|e| {
-            warn!(error = %e, "the HTTP door cannot reach its own server");
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("cannot reach the service: {e}"),
-            )
-        })?;
-        if let Some(c) = credentials {
-            if let Err(e) = client.add_auth("digest", c.as_bytes()).await {
-                let _ = client.close().await;
-                return Err(match e.code() {
-                    ErrorCode::AuthFailed => ApiError::new(
-                        StatusCode::UNAUTHORIZED,
-                        format!("AuthFailed: {}", api_message(&e)),
-                    ),
-                    _ => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
-                });
-            }
-        }
-        Ok(client)
-    }
-
-    /// Drops the sessions that are over, so the next request connects anew.
-    pub(crate) async fn after_error(&self, e: &RecipeError) {
-        if let RecipeError::Client(c) = e {
-            if c.code() == ErrorCode::SessionExpired {
-                self.sessions.lock().await.retain(|_, s| {
-                    !matches!(
-                        *s.client.session_events().borrow(),
-                        SessionState::Expired | SessionState::Closed
-                    )
-                });
-            }
-        }
-    }
-}
-
-/// Compares secrets without stopping at the first difference.
-fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
-}
+pub use crate::limits::{
+    GATEWAY_SESSIONS_MAX, LOCK_CLIENT_ID_LEN_MAX as CLIENT_ID_LEN_MAX,
+    LOCK_NAME_LEN_MAX as NAME_LEN_MAX, LOCK_TTL_MS_MAX as TTL_MS_MAX,
+    LOCK_WAIT_MS_MAX as WAIT_TIMEOUT_MS_MAX,
+};
 
 /// The server's detail of a client error, or its one-line form.
-fn api_message(e: &warden_client::Error) -> String {
+pub(crate) fn api_message(e: &warden_client::Error) -> String {
     match e {
         warden_client::Error::Api { message, .. } | warden_client::Error::Multi { message, .. }
             if !message.is_empty() =>
@@ -342,17 +140,20 @@ pub(crate) fn check_client_id(id: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn ttl(body: &Map<String, Value>, names: &[&str]) -> Result<Duration, ApiError> {
+fn ttl(body: &Map<String, Value>, names: &[&str], min_ms: u64) -> Result<Duration, ApiError> {
     let ms = required_u64(body, names)?;
     let name = find(body, names).map(|(_, n)| n).unwrap_or_default();
-    check_ttl_ms(&name, ms)
+    check_ttl_ms(&name, ms, min_ms)
 }
 
-/// A TTL in bounds, `name` being the field it came in.
-pub(crate) fn check_ttl_ms(name: &str, ms: u64) -> Result<Duration, ApiError> {
-    if ms == 0 || ms > TTL_MS_MAX {
+/// A TTL in bounds, `name` being the field it came in: at least `min_ms`
+/// (`--min-lock-ttl-ms`), at most [`TTL_MS_MAX`].
+pub(crate) fn check_ttl_ms(name: &str, ms: u64, min_ms: u64) -> Result<Duration, ApiError> {
+    if ms < min_ms.max(1) || ms > TTL_MS_MAX {
         return Err(bad(format!(
-            "{name} must be between 1 and {TTL_MS_MAX} ms, not {ms}"
+            "{name} must be between {} and {TTL_MS_MAX} ms (the server's --min-lock-ttl-ms is \
+             {min_ms}), not {ms}",
+            min_ms.max(1)
         )));
     }
     Ok(Duration::from_millis(ms))
@@ -378,11 +179,12 @@ pub(crate) fn parse_acquire(
     contract: Contract,
     path: Option<String>,
     body: &[u8],
+    ttl_ms_min: u64,
 ) -> Result<(String, String, Duration, Duration), ApiError> {
     let body = parse_body(body)?;
     let name = lock_name(contract, path, &body)?;
     let client_id = client_id(&body)?;
-    let ttl = ttl(&body, &["ttl_ms", "lease_time_ms"])?;
+    let ttl = ttl(&body, &["ttl_ms", "lease_time_ms"], ttl_ms_min)?;
     let wait_ms = optional_u64(&body, &["wait_timeout_ms", "block_time_ms"])?.unwrap_or(0);
     Ok((name, client_id, ttl, check_wait_ms(wait_ms)?))
 }
@@ -402,12 +204,17 @@ pub(crate) fn parse_renew(
     contract: Contract,
     path: Option<String>,
     body: &[u8],
+    ttl_ms_min: u64,
 ) -> Result<(String, String, u64, Duration), ApiError> {
     let body = parse_body(body)?;
     let name = lock_name(contract, path, &body)?;
     let client_id = client_id(&body)?;
     let token = required_u64(&body, &["fencing_token"])?;
-    let ttl = ttl(&body, &["ttl_ms", "extend_time_ms", "lease_time_ms"])?;
+    let ttl = ttl(
+        &body,
+        &["ttl_ms", "extend_time_ms", "lease_time_ms"],
+        ttl_ms_min,
+    )?;
     Ok((name, client_id, token, ttl))
 }
 
@@ -564,7 +371,7 @@ async fn do_acquire(
     path: Option<String>,
     body: Bytes,
 ) -> Response {
-    let (name, client_id, ttl, wait) = match parse_acquire(contract, path, &body) {
+    let (name, client_id, ttl, wait) = match parse_acquire(contract, path, &body, http.ttl_ms_min) {
         Ok(a) => a,
         Err(r) => return r.into_response(),
     };
@@ -585,7 +392,7 @@ async fn do_renew(
     path: Option<String>,
     body: Bytes,
 ) -> Response {
-    let (name, client_id, token, ttl) = match parse_renew(contract, path, &body) {
+    let (name, client_id, token, ttl) = match parse_renew(contract, path, &body, http.ttl_ms_min) {
         Ok(a) => a,
         Err(r) => return r.into_response(),
     };
@@ -718,13 +525,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            ttl(&body, &["ttl_ms", "lease_time_ms"]).ok(),
+            ttl(&body, &["ttl_ms", "lease_time_ms"], 1).ok(),
             Some(Duration::from_secs(1))
         );
         assert_eq!(
             optional_u64(&body, &["wait_timeout_ms", "block_time_ms"]).ok(),
             Some(Some(5))
         );
-        assert!(ttl(&body, &["extend_time_ms"]).is_err());
+        assert!(ttl(&body, &["extend_time_ms"], 1).is_err());
+        // Below the server's minimum: refused, naming the field and it.
+        let e = ttl(&body, &["ttl_ms", "lease_time_ms"], 2000)
+            .err()
+            .unwrap();
+        assert!(
+            e.message().contains("lease_time_ms") && e.message().contains("2000"),
+            "{}",
+            e.message()
+        );
     }
 }

@@ -46,6 +46,7 @@ pub(crate) struct Metrics {
     lock_grants: Family<Waited, Counter>,
     lock_refusals: Counter,
     lock_wait: Histogram,
+    gateway: super::gateway::GatewayCounters,
     raft_term: Gauge,
     raft_commit_index: Gauge,
     raft_applied_index: Gauge,
@@ -128,6 +129,19 @@ impl Metrics {
             "lock_wait_timeouts",
             "Acquires through the HTTP API not granted within their wait timeout",
             lock_refusals.clone(),
+        );
+        let gateway = super::gateway::GatewayCounters::default();
+        registry.register(
+            "gateway_sessions_opened",
+            "Loopback sessions the lock API's gateway opened for its callers' identities \
+             (each a Raft write, and another when it is let go)",
+            gateway.sessions_opened.clone(),
+        );
+        registry.register(
+            "gateway_credentials_refused",
+            "Lock API credentials refused before any session was opened for them (a wrong \
+             password, or an identity nobody vouches for)",
+            gateway.credentials_refused.clone(),
         );
         let gauge = |registry: &mut Registry, name: &str, help: &str| {
             let g = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
@@ -225,6 +239,7 @@ impl Metrics {
             latency,
             lock_grants,
             lock_refusals,
+            gateway,
             lock_wait,
             raft_term,
             raft_commit_index,
@@ -269,6 +284,12 @@ impl Metrics {
             })
             .inc();
         self.lock_wait.observe(took.as_secs_f64());
+    }
+
+    /// The gateway's counters (shared: the gateway counts, `/metrics`
+    /// shows).
+    pub(crate) fn gateway_counters(&self) -> super::gateway::GatewayCounters {
+        self.gateway.clone()
     }
 
     pub(crate) fn lock_refused(&self) {

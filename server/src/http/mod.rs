@@ -11,7 +11,9 @@
 
 pub(crate) mod admin;
 pub(crate) mod contract;
+pub(crate) mod gateway;
 mod health;
+pub mod holder;
 pub(crate) mod limited;
 pub(crate) mod lock_list;
 pub(crate) mod locks;
@@ -51,16 +53,21 @@ pub struct GatewayAuth {
     /// `--http-lock-acl`; empty: world:anyone.
     pub lock_acl: Vec<warden_protocol::pb::Acl>,
     /// `--super-digest` and `--auth-users`: whose passwords are checked,
-    /// and who the admin is.
+    /// who the admin is, and whose credentials the gateway opens sessions
+    /// for.
     pub auth: crate::auth::AuthConfig,
     /// `--4lw-whitelist`: the AdminServer commands open to anyone.
     pub four_letter_whitelist: crate::authority::Whitelist,
+    /// `--min-lock-ttl-ms`.
+    pub min_lock_ttl_ms: u64,
 }
 
 /// What every handler shares.
 pub(crate) struct Http {
     core: mpsc::Sender<CoreMsg>,
-    locks: locks::Gateway,
+    locks: gateway::Gateway,
+    /// `--min-lock-ttl-ms`: the shortest lease TTL a request may ask for.
+    pub(crate) ttl_ms_min: u64,
     metrics: metrics::Metrics,
     auth: crate::auth::AuthConfig,
     /// Who may take a backup or ask an AdminServer command.
@@ -148,15 +155,19 @@ pub(crate) fn lock_api(
     tls: Option<&crate::tls::Tls>,
     auth: GatewayAuth,
 ) -> Arc<Http> {
+    let metrics = metrics::Metrics::new(op_metrics);
+    let gateway = gateway::Gateway::new(
+        client,
+        tls.map(|t| t.gateway.clone()),
+        (auth.tokens, auth.lock_acl, auth.auth.clone()),
+        core.clone(),
+        metrics.gateway_counters(),
+    );
     Arc::new(Http {
         core,
-        locks: locks::Gateway::new(
-            client,
-            tls.map(|t| t.gateway.clone()),
-            auth.tokens,
-            auth.lock_acl,
-        ),
-        metrics: metrics::Metrics::new(op_metrics),
+        locks: gateway,
+        ttl_ms_min: auth.min_lock_ttl_ms,
+        metrics,
         authority: crate::authority::Authority::new(
             &auth.auth,
             auth.four_letter_whitelist,
@@ -182,13 +193,15 @@ pub(crate) async fn serve(
     let stopped = stop.cancelled_owned();
     let served = match tls {
         None => {
-            axum::serve(limited::LimitedListener::new(listener, limiter), app)
+            let listener = limited::LimitedListener::new(listener, limiter);
+            axum::serve(listener, app.into_make_service_with_connect_info::<Peer>())
                 .with_graceful_shutdown(stopped)
                 .await
         }
         Some(tls) => {
             let listener = tls::TlsListener::new(listener, tls.clients);
-            axum::serve(limited::LimitedListener::new(listener, limiter), app)
+            let listener = limited::LimitedListener::new(listener, limiter);
+            axum::serve(listener, app.into_make_service_with_connect_info::<Peer>())
                 .with_graceful_shutdown(stopped)
                 .await
         }
@@ -228,8 +241,31 @@ fn router(state: Arc<Http>) -> Router {
         .with_state(state)
 }
 
-/// Counts and times every request by route.
-async fn observe(State(http): State<Arc<Http>>, req: Request, next: Next) -> Response {
+/// The address a request came from (axum's connect info, for any of the
+/// door's listeners).
+#[derive(Clone, Copy, Debug)]
+struct Peer(SocketAddr);
+
+impl<L>
+    axum::extract::connect_info::Connected<
+        axum::serve::IncomingStream<'_, limited::LimitedListener<L>>,
+    > for Peer
+where
+    L: axum::serve::Listener<Addr = SocketAddr>,
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, limited::LimitedListener<L>>) -> Self {
+        Peer(*stream.remote_addr())
+    }
+}
+
+/// Counts and times every request by route, and writes its source
+/// address where the gateway's per-source bound reads it.
+async fn observe(State(http): State<Arc<Http>>, mut req: Request, next: Next) -> Response {
+    let peer = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<Peer>>()
+        .map(|c| c.0 .0);
+    gateway::set_source(req.headers_mut(), peer);
     let route = req
         .extensions()
         .get::<MatchedPath>()

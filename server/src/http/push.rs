@@ -49,17 +49,16 @@ use futures::Stream;
 use serde_json::{json, Map, Value};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
-use warden_recipes::{Lease, LeaseLock};
+use warden_recipes::Lease;
+
+use super::holder::HolderLock;
 
 use super::locks::{bad, check_client_id, check_name, check_ttl_ms, refusal};
 use super::{contract, ApiError, Http};
 
 /// How long a wait outlives its last stream unless `grace_ms` says.
 pub const PUSH_GRACE_MS_DEFAULT: u64 = 15_000;
-/// The longest grace period a wait may ask for: 5 minutes.
-pub const PUSH_GRACE_MS_MAX: u64 = 5 * 60 * 1000;
-/// Most waits one server keeps at once (attached or in their grace).
-pub const PUSH_WAITS_MAX: usize = 10_000;
+pub use crate::limits::{PUSH_GRACE_MS_MAX, PUSH_WAITS_MAX};
 /// A push wait's timeout: in effect none (the caller ends a wait by
 /// hanging up, or with `cancel` on a WebSocket).
 const PUSH_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -141,7 +140,7 @@ impl Waits {
     pub(crate) fn attach(
         &self,
         http: &Arc<Http>,
-        lock: LeaseLock,
+        lock: HolderLock,
         key: WaitKey,
         ask: WaitAsk,
     ) -> Result<Attached, ApiError> {
@@ -278,7 +277,7 @@ impl Drop for Attached {
 async fn run(
     http: Arc<Http>,
     waits: Waits,
-    lock: LeaseLock,
+    lock: HolderLock,
     key: WaitKey,
     id: u64,
     ttl: Duration,
@@ -430,11 +429,12 @@ pub(crate) fn parse_ask(
     client_id: Option<&str>,
     ttl_ms: Option<u64>,
     grace_ms: Option<u64>,
+    ttl_ms_min: u64,
 ) -> Result<(String, WaitAsk), ApiError> {
     let client_id = client_id.ok_or_else(|| bad("missing client_id"))?;
     check_client_id(client_id)?;
     let ttl_ms = ttl_ms.ok_or_else(|| bad("missing ttl_ms"))?;
-    let ttl = check_ttl_ms("ttl_ms", ttl_ms)?;
+    let ttl = check_ttl_ms("ttl_ms", ttl_ms, ttl_ms_min)?;
     let grace_ms = grace_ms.unwrap_or(PUSH_GRACE_MS_DEFAULT);
     if grace_ms > PUSH_GRACE_MS_MAX {
         return Err(bad(format!(
@@ -485,6 +485,7 @@ pub(crate) async fn acquire_events(
             query.get("client_id").map(String::as_str),
             query_u64(&query, "ttl_ms")?,
             query_u64(&query, "grace_ms")?,
+            http.ttl_ms_min,
         )?;
         let (identity, lock) = http.locks.session(&headers).await?;
         let key = WaitKey {
@@ -516,12 +517,14 @@ mod tests {
 
     #[test]
     fn asks_are_checked() {
-        assert!(parse_ask(None, Some(1000), None).is_err());
-        assert!(parse_ask(Some("b"), None, None).is_err());
-        assert!(parse_ask(Some("b"), Some(0), None).is_err());
-        assert!(parse_ask(Some(""), Some(1000), None).is_err());
-        assert!(parse_ask(Some("b"), Some(1000), Some(PUSH_GRACE_MS_MAX + 1)).is_err());
-        let (id, ask) = parse_ask(Some("b"), Some(1000), None).ok().unwrap();
+        assert!(parse_ask(None, Some(1000), None, 1).is_err());
+        assert!(parse_ask(Some("b"), None, None, 1).is_err());
+        assert!(parse_ask(Some("b"), Some(0), None, 1).is_err());
+        assert!(parse_ask(Some(""), Some(1000), None, 1).is_err());
+        assert!(parse_ask(Some("b"), Some(1000), Some(PUSH_GRACE_MS_MAX + 1), 1).is_err());
+        // Below the server's --min-lock-ttl-ms.
+        assert!(parse_ask(Some("b"), Some(999), None, 1000).is_err());
+        let (id, ask) = parse_ask(Some("b"), Some(1000), None, 1000).ok().unwrap();
         assert_eq!(id, "b");
         assert_eq!(ask.ttl, Duration::from_secs(1));
         assert_eq!(ask.grace, Duration::from_millis(PUSH_GRACE_MS_DEFAULT));

@@ -47,18 +47,17 @@ use futures::Stream;
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
 use tokio::task::AbortHandle;
-use warden_recipes::{LeaseLock, LeaseView, LeaseWatch};
+use warden_recipes::{LeaseView, LeaseWatch};
+
+use super::holder::HolderLock;
 
 use super::locks::{bad, check_name, refusal};
 use super::push::{query_u64, KEEP_ALIVE};
 use super::{contract, ApiError, Http};
 
-/// Changes a hub keeps for resuming streams.
-pub const WATCH_HISTORY_MAX: usize = 256;
+pub use crate::limits::{WATCH_HISTORY_MAX, WATCH_HUBS_MAX};
 /// How long a hub outlives its last stream.
 pub const WATCH_LINGER: Duration = Duration::from_secs(60);
-/// Most hubs one server keeps at once.
-pub const WATCH_HUBS_MAX: usize = 1024;
 /// Live changes a slow stream may fall behind before it is ended (it
 /// resumes from its last version).
 const WATCH_BACKLOG_MAX: usize = 1024;
@@ -106,7 +105,7 @@ impl Hubs {
         &self,
         http: &Arc<Http>,
         identity: Option<String>,
-        lock: LeaseLock,
+        lock: HolderLock,
         name: &str,
         from_version: Option<u64>,
     ) -> Result<impl Stream<Item = Value>, ApiError> {
@@ -215,7 +214,7 @@ impl Hubs {
 }
 
 /// A hub's watch: the recipe's [`LeaseWatch`], each change told.
-async fn run(http: Arc<Http>, hubs: Hubs, key: HubKey, id: u64, lock: LeaseLock) {
+async fn run(http: Arc<Http>, hubs: Hubs, key: HubKey, id: u64, lock: HolderLock) {
     let ended = match lock.watch(&key.1).await {
         Ok(watch) => follow(&hubs, &key, id, watch).await,
         Err(e) => e,
@@ -365,7 +364,7 @@ pub(crate) fn holder_event(name: &str, view: &LeaseView, kind: &str) -> Value {
         }
         None => {
             for field in [
-                "client_id",
+                "label",
                 "fencing_token",
                 "expires_at_ms",
                 "expires_at_epoch_ms",
@@ -468,6 +467,6 @@ mod tests {
         assert_eq!(held["fencing_token"], 5);
         assert_eq!(held["held"], true);
         assert_eq!(free["held"], false);
-        assert_eq!(free["client_id"], Value::Null);
+        assert_eq!(free["label"], Value::Null);
     }
 }

@@ -18,6 +18,7 @@
 
 use std::sync::Arc;
 
+use super::holder::HolderLock;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
@@ -27,7 +28,6 @@ use futures::{SinkExt as _, Stream, StreamExt as _};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use warden_recipes::LeaseLock;
 
 use super::contract::{self, Contract};
 use super::locks::{bad, check_client_id, check_name, check_ttl_ms, refusal};
@@ -67,7 +67,7 @@ async fn serve(
     http: Arc<Http>,
     name: String,
     identity: Option<String>,
-    lock: LeaseLock,
+    lock: HolderLock,
     socket: WebSocket,
 ) {
     let (mut sink, mut incoming) = socket.split();
@@ -121,7 +121,7 @@ struct Conn {
     http: Arc<Http>,
     name: String,
     identity: Option<String>,
-    lock: LeaseLock,
+    lock: HolderLock,
     out: mpsc::Sender<Value>,
     /// The `client_id` of the socket's last acquire.
     client_id: Option<String>,
@@ -201,6 +201,7 @@ impl Conn {
             client_id,
             field_u64(body, "ttl_ms")?,
             field_u64(body, "grace_ms")?,
+            self.http.ttl_ms_min,
         )?;
         let key = WaitKey {
             identity: self.identity.clone(),
@@ -253,7 +254,7 @@ impl Conn {
         let token =
             field_u64(body, "fencing_token")?.ok_or_else(|| bad("missing fencing_token"))?;
         let ttl_ms = field_u64(body, "ttl_ms")?.ok_or_else(|| bad("missing ttl_ms"))?;
-        let ttl = check_ttl_ms("ttl_ms", ttl_ms)?;
+        let ttl = check_ttl_ms("ttl_ms", ttl_ms, self.http.ttl_ms_min)?;
         match self.lock.renew(&self.name, &client_id, token, ttl).await {
             Ok(lease) => Ok(typed(
                 "renewed",

@@ -47,7 +47,8 @@ pub use shape::Kind;
 
 /// Most locks one listing page may hold.
 pub const PAGE_LIMIT_MAX: usize = 1000;
-/// Most bytes of a holder's data shown as its `client_id`.
+/// Most bytes of a holder's data shown as its `client_id` (or a lease's
+/// read for its label).
 const CLIENT_ID_SHOWN_MAX: usize = 256;
 
 /// One lock's contenders of one kind, by sequence number.
@@ -94,7 +95,7 @@ pub struct LockQuery {
     /// List the waiters too, not only their count.
     pub waiters: bool,
     /// The caller's identities: a lock is listed when they may READ its
-    /// directory; a holder's data (its `client_id`) shown when they may
+    /// directory; a holder's data (its `client_id`, a lease's label) shown when they may
     /// READ the holder's node.
     pub ids: Vec<AuthId>,
 }
@@ -132,10 +133,15 @@ pub struct Contender {
     /// The owning session (`0x...`) of an ephemeral contender.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
-    /// A lease's client id; for other kinds the node's data when it is
-    /// UTF-8 text (kazoo's identifier, a candidate's id).
+    /// For kinds other than leases, the node's data when it is UTF-8
+    /// text (kazoo's identifier, a candidate's id). Never a lease's
+    /// client id: whoever presents that holds the lease.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_id: Option<String>,
+    /// A lease's holder label (`crate::http::holder::label`): names the
+    /// holder, proves nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
     /// When the node was created (queued), ms since the Unix epoch.
     pub created_at_ms: i64,
     /// When it was granted (holder only; `None` when the grant is older
@@ -459,13 +465,16 @@ fn contender(
             .ok()
             .filter(|s| !s.is_empty() && s.len() <= CLIENT_ID_SHOWN_MAX)
     };
-    let client_id = match (readable, kind.is_lease()) {
-        (false, _) => None,
-        // A lease's data: "<ttl_ms>\n<client_id>".
-        (true, true) => text()
-            .and_then(|s| s.split_once('\n'))
-            .map(|(_, id)| id.to_string()),
-        (true, false) => text().map(str::to_string),
+    let (client_id, label) = match (readable, kind.is_lease()) {
+        (false, _) => (None, None),
+        // A lease's data: "<ttl_ms>\n<client_id>", shown by its label.
+        (true, true) => (
+            None,
+            text()
+                .and_then(|s| s.split_once('\n'))
+                .map(|(_, id)| crate::http::holder::label(id)),
+        ),
+        (true, false) => (text().map(str::to_string), None),
     };
     let expires_at_ms = (kind.is_lease() && stat.ttl_ms > 0).then(|| {
         stat.mtime_ms
@@ -477,6 +486,7 @@ fn contender(
         fencing_token: stat.czxid,
         session_id: (stat.ephemeral_owner != 0).then(|| format!("{:#x}", stat.ephemeral_owner)),
         client_id,
+        label,
         created_at_ms: stat.ctime_ms,
         granted_at_ms: None,
         expires_at_ms,

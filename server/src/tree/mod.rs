@@ -199,6 +199,12 @@ impl DataTree {
         self.applied_index
     }
 
+    /// Whether the ACL of some node names `scheme:id` (e.g. a digest
+    /// identity): O(distinct ACLs).
+    pub fn acl_names(&self, scheme: &str, id: &str) -> bool {
+        self.acls.names(scheme, id)
+    }
+
     /// The node at `path`, for callers that need more than one field.
     pub fn node(&self, path: &str) -> Option<&Node> {
         self.nodes.get(path).map(|n| &**n)

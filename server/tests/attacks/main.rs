@@ -10,3 +10,4 @@
 mod peers;
 mod quorum;
 mod authority;
+mod gateway;
