@@ -167,7 +167,7 @@ impl Gateway {
         } else if scheme.eq_ignore_ascii_case("bearer") {
             self.tokens
                 .iter()
-                .find(|(t, _)| same(t, rest))
+                .find(|(t, _)| crate::auth::same_secret(t.as_bytes(), rest.as_bytes()))
                 .map(|(_, c)| Some((c.clone(), true)))
                 .ok_or_else(|| unauthorized("unknown bearer token"))
         } else {
@@ -405,15 +405,6 @@ fn lru(slots: &HashMap<Key, Slot>, which: impl Fn(&Slot) -> bool) -> Option<Key>
         .filter(|(_, s)| which(s))
         .min_by_key(|(_, s)| s.last_used)
         .map(|(k, _)| k.clone())
-}
-
-/// Compares secrets without stopping at the first difference.
-fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
 }
 
 #[cfg(test)]

@@ -194,14 +194,14 @@ pub(crate) async fn serve(
     let served = match tls {
         None => {
             let listener = limited::LimitedListener::new(listener, limiter);
-            axum::serve(listener, app.into_make_service_with_connect_info::<Peer>())
+            axum::serve(listener, app)
                 .with_graceful_shutdown(stopped)
                 .await
         }
         Some(tls) => {
             let listener = tls::TlsListener::new(listener, tls.clients);
             let listener = limited::LimitedListener::new(listener, limiter);
-            axum::serve(listener, app.into_make_service_with_connect_info::<Peer>())
+            axum::serve(listener, app)
                 .with_graceful_shutdown(stopped)
                 .await
         }
@@ -241,29 +241,12 @@ fn router(state: Arc<Http>) -> Router {
         .with_state(state)
 }
 
-/// The address a request came from (axum's connect info, for any of the
-/// door's listeners).
-#[derive(Clone, Copy, Debug)]
-struct Peer(SocketAddr);
-
-impl<L>
-    axum::extract::connect_info::Connected<
-        axum::serve::IncomingStream<'_, limited::LimitedListener<L>>,
-    > for Peer
-where
-    L: axum::serve::Listener<Addr = SocketAddr>,
-{
-    fn connect_info(stream: axum::serve::IncomingStream<'_, limited::LimitedListener<L>>) -> Self {
-        Peer(*stream.remote_addr())
-    }
-}
-
 /// Counts and times every request by route, and writes its source
 /// address where the gateway's per-source bound reads it.
 async fn observe(State(http): State<Arc<Http>>, mut req: Request, next: Next) -> Response {
     let peer = req
         .extensions()
-        .get::<axum::extract::ConnectInfo<Peer>>()
+        .get::<axum::extract::ConnectInfo<CallerAddr>>()
         .map(|c| c.0 .0);
     gateway::set_source(req.headers_mut(), peer);
     let route = req

@@ -179,7 +179,7 @@ impl DigestMd5Server {
             authzid,
         };
         let expected = parts.response("AUTHENTICATE");
-        let matches = same(
+        let matches = crate::auth::same_secret(
             response.to_ascii_lowercase().as_bytes(),
             expected.as_bytes(),
         );
@@ -253,11 +253,6 @@ fn latin1_or_utf8(s: &str) -> Vec<u8> {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Compares without stopping at the first difference.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// RFC 2831's `#(name=value)` list: values are tokens or quoted strings

@@ -7,7 +7,7 @@
 //!
 //! One binary for all of them (one link in CI); one module per boundary.
 
-mod peers;
-mod quorum;
 mod authority;
 mod gateway;
+mod peers;
+mod quorum;
