@@ -292,12 +292,11 @@ fn register_under_corrupt() {
 /// writes still reach the leader), then the leader killed. Every fault of
 /// this run is that schedule; every acknowledged write must be applied
 /// exactly once, none twice.
-// Enable when issue 27 item 1 lands: on the server before that fix this
-// run is invalid (`duplicate-apply`: writes re-proposed after the leader
-// change applied twice; 463 creates in this very shape, and 684 to 1,346
-// in each of 6 runs of 3 workers, seeds 1-6; see docs/jepsen.md).
+// On the server before issue 27 item 1's fix this run was invalid
+// (`duplicate-apply`: writes re-proposed after the leader change applied
+// twice; 463 creates in this very shape, and 684 to 1,346 in each of 6
+// runs of 3 workers, seeds 1-6; see docs/jepsen.md).
 #[test]
-#[ignore]
 fn zk_pipeline_under_one_way_cut_then_leader_kill() {
     let (code, out, r) = run_under(
         "zk-pipeline",
