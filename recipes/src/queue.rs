@@ -33,13 +33,16 @@
 //!    our id with a **linearizable** listing (a follower may not have
 //!    applied the create yet), and an error of that look-up is retried,
 //!    never read as "not there";
-//! 2. the look-up can still miss a create that commits *after* it (the
-//!    request was still in flight somewhere). On Warden a session's write
-//!    that arrives after a later write of the same session is refused, so
-//!    such a create commits before our retry or never: the member it made
-//!    sorts before ours. Every pass of the wait loop therefore **sweeps**:
-//!    of the members with our id, the lowest is ours (it keeps the earlier
-//!    place in the queue) and the others are deleted.
+//! 2. a create that commits *after* the look-up (the request was still
+//!    in flight somewhere) would be missed, so the look-up comes after a
+//!    **settling write** ([`Queue::settle_writes`], `queue/entry.rs`): on
+//!    Warden a session's write that arrives after a later write of the
+//!    same session is refused, so once it is answered every earlier create
+//!    of ours has landed or never will. With two lost answers the look-up
+//!    may find both creates, or the first only (the second then never
+//!    lands). Every pass of the wait loop also **sweeps**: of the members
+//!    with our id, the lowest is ours (it keeps the earlier place in the
+//!    queue) and the others are deleted.
 //!
 //! The same rule makes concurrent attempts with a shared id (two requests
 //! of one lease client, through different servers) converge on one
@@ -49,8 +52,9 @@
 //!
 //! An [`Entry`] is a member not yet handed to the caller. Dropping it (a
 //! cancelled acquire, an error) deletes the member in the background. If
-//! a create of it may have been in flight (not answered yet, or answered
-//! after a lost answer and not swept since), the clean-up first settles
+//! a create of it may have been in flight or applied unknown (not
+//! answered yet, or adopted after a lost answer and not swept since: a
+//! second create may have landed too), the clean-up first settles
 //! the session's writes, so that no create of ours can still land, then
 //! finds every member with our id linearizably and deletes them
 //! (`queue/entry.rs` says why that closes the window). A member that
@@ -536,15 +540,14 @@ impl Queue {
         // session's writes settled, and deleted in the background.
         let mut entry = Entry::new(self.clone(), id.to_string());
         let mut attempt = 0;
-        let mut answer_lost = false;
         loop {
             match client.create(&requested, data, options.clone()).await {
                 Ok((path, stat)) => {
                     let name = path.rsplit('/').next().unwrap_or_default().to_string();
                     entry.node = Some((name, stat));
-                    // An earlier create whose answer was lost may have
-                    // landed too, until the first sweep.
-                    entry.unsettled = answer_lost;
+                    // An earlier create whose answer was lost was settled
+                    // and not found: it never lands.
+                    entry.unsettled = false;
                     return Ok(entry);
                 }
                 Err(e) if e.code() == ErrorCode::NoNode && attempt < RETRIES_MAX => {
@@ -553,12 +556,17 @@ impl Queue {
                 }
                 Err(e) if e.is_retryable() && attempt < RETRIES_MAX => {
                     // The create may have been applied: create again only
-                    // once we know it was not.
-                    answer_lost = true;
+                    // once we know it was not. Settled first, so that no
+                    // create of ours can land after the look-up: else,
+                    // with two lost answers, the look-up could adopt the
+                    // first and the second land later, unknown.
                     pause(client, attempt).await;
                     attempt += 1;
+                    self.settle_writes().await?;
                     if let Some((member, stat)) = self.find(id).await? {
                         debug!(node = %self.path_of(&member.name), "adopted a create whose answer was lost");
+                        // Unsettled until the first sweep: a second
+                        // create of ours may have landed too.
                         entry.node = Some((member.name, stat));
                         return Ok(entry);
                     }

@@ -1,18 +1,25 @@
-//! A create whose answer is lost and that commits *late* — after the
+//! A create whose answer is lost and that arrives *late* — after the
 //! client looked for it and found nothing, just before its retry — must
 //! not leave an orphan in the queue: every recipe on the shared queue
-//! (`recipes/src/queue.rs`) is granted, with exactly one node left.
+//! (`recipes/src/queue.rs`) is granted, with exactly one node left. The
+//! join settles its session's writes before it looks, so the late create
+//! is refused (before issue 27 it committed and was swept).
 //!
 //! Nor may a create that lands after its join was cancelled and cleaned
 //! up (the `*_cancelled_*` tests, through the [`HeldCreate`] proxies of
 //! `common/held.rs`): the clean-up settles the session's writes before it
 //! looks, so the late create is refused, and the lock is free at once.
 //!
+//! Nor may the second of two creates of one join that both lost their
+//! answers (the `*_two_lost_creates_*` tests): the join settles the
+//! session's writes before each look-up, so the look-up that adopts the
+//! first cannot be followed by the second landing.
+//!
 //! The client reaches two servers of a 3-node cluster through
 //! [`LateCreate`] proxies, which hold the recipe's first create back, cut
-//! the client off, and let that create commit on the old connection only
-//! when the client sends its retry (see `common/late.rs`). Without the
-//! orphan sweep the late node sorts first and blocks the caller behind
+//! the client off, and send that create on the old connection only when
+//! the client sends its retry (see `common/late.rs`). Were it applied and
+//! not swept, the late node would sort first and block the caller behind
 //! itself (a lease for its TTL, an election for the session's life).
 
 mod common;
@@ -89,7 +96,11 @@ async fn lease_lock_a_late_create_leaves_no_orphan() {
         .expect("the acquire ends")
         .expect("the acquire survives the lost answer")
         .expect("granted, not queued behind its own orphan");
-    assert!(proxies.late_created(), "the first create committed late");
+    assert!(proxies.late_answered(), "the first create was sent late");
+    assert!(
+        !proxies.late_created(),
+        "refused: the join settled its writes before it looked"
+    );
     let nodes = children(&admin, "/leases/late").await;
     assert_eq!(nodes.len(), 1, "one node, no orphan: {nodes:?}");
     let others = LeaseLock::new(admin.clone(), "/leases");
@@ -124,7 +135,11 @@ async fn leader_election_a_late_create_leaves_no_orphan() {
         .await
         .expect("leads, not stuck behind its own orphan")
         .expect("the campaign survives the lost answer");
-    assert!(proxies.late_created(), "the first create committed late");
+    assert!(proxies.late_answered(), "the first create was sent late");
+    assert!(
+        !proxies.late_created(),
+        "refused: the join settled its writes before it looked"
+    );
     let nodes = children(&admin, path).await;
     assert_eq!(nodes.len(), 1, "one candidate node, no orphan: {nodes:?}");
     let observer = LeaderElection::new(admin.clone(), path, "observer");
@@ -157,7 +172,11 @@ async fn mutex_a_late_create_leaves_no_orphan() {
         .expect("the acquire ends")
         .expect("the acquire survives the lost answer")
         .expect("granted, not queued behind its own orphan");
-    assert!(proxies.late_created(), "the first create committed late");
+    assert!(proxies.late_answered(), "the first create was sent late");
+    assert!(
+        !proxies.late_created(),
+        "refused: the join settled its writes before it looked"
+    );
     let nodes = children(&admin, "/locks/late").await;
     assert_eq!(nodes.len(), 1, "one node, no orphan: {nodes:?}");
     assert_eq!(format!("/locks/late/{}", nodes[0]), guard.node_path());
@@ -175,7 +194,11 @@ async fn rwlock_a_late_create_leaves_no_orphan() {
         .expect("the acquire ends")
         .expect("the acquire survives the lost answer")
         .expect("granted, not queued behind its own orphan");
-    assert!(proxies.late_created(), "the first create committed late");
+    assert!(proxies.late_answered(), "the first create was sent late");
+    assert!(
+        !proxies.late_created(),
+        "refused: the join settled its writes before it looked"
+    );
     let nodes = children(&admin, "/locks/rwlate").await;
     assert_eq!(nodes.len(), 1, "one node, no orphan: {nodes:?}");
     guard.release().await.unwrap();
@@ -197,18 +220,23 @@ async fn semaphore_a_late_create_leaves_no_orphan() {
         .expect("the acquire ends")
         .expect("the acquire survives the lost answer")
         .expect("granted, not queued behind its own orphan");
-    assert!(proxies.late_created(), "the first create committed late");
+    assert!(proxies.late_answered(), "the first create was sent late");
+    assert!(
+        !proxies.late_created(),
+        "refused: the join settled its writes before it looked"
+    );
     let nodes = children(&admin, "/semaphores/late").await;
     assert_eq!(nodes.len(), 1, "one node, no orphan: {nodes:?}");
     lease.release().await.unwrap();
 }
 
-/// A 3-node cluster, [`HeldCreate`] proxies in front of two of its
+/// A 3-node cluster, [`HeldCreate`] proxies in front of `fronted` of its
 /// servers, a client through them (long session) and one straight to it.
-async fn setup_held() -> (Cluster, HeldCreate, Client, Client) {
+async fn setup_held(fronted: usize) -> (Cluster, HeldCreate, Client, Client) {
     let cluster = Cluster::start(3);
     let ids = cluster.node_ids();
-    let proxies = HeldCreate::start(&[cluster.addr(ids[0]), cluster.addr(ids[1])]).await;
+    let upstreams: Vec<&str> = ids[..fronted].iter().map(|&i| cluster.addr(i)).collect();
+    let proxies = HeldCreate::start(&upstreams).await;
     let options = ConnectOptions {
         session_timeout: Duration::from_secs(30),
         ..ConnectOptions::default()
@@ -245,7 +273,7 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutex_a_cancelled_acquire_leaves_no_late_orphan() {
-    let (_cluster, proxies, client, admin) = setup_held().await;
+    let (_cluster, proxies, client, admin) = setup_held(2).await;
     make_path(&admin, "/locks/cancel").await;
     proxies.hold_create("/locks/cancel/_c_", "/locks/cancel");
     let mutex = Mutex::new(client.clone(), "/locks/cancel").unwrap();
@@ -281,7 +309,7 @@ async fn mutex_a_cancelled_acquire_leaves_no_late_orphan() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_lock_a_cancelled_acquire_leaves_no_late_orphan() {
-    let (_cluster, proxies, client, admin) = setup_held().await;
+    let (_cluster, proxies, client, admin) = setup_held(2).await;
     make_path(&admin, "/leases/cancel").await;
     proxies.hold_create("/leases/cancel/lease-", "/leases/cancel");
     let leases = LeaseLock::new(client, "/leases");
@@ -307,6 +335,132 @@ async fn lease_lock_a_cancelled_acquire_leaves_no_late_orphan() {
         .expect("the lease is free");
     others
         .release("cancel", "w2", lease.fencing_token)
+        .await
+        .unwrap();
+}
+
+/// Runs `acquire` while two of its creates lose their answers: the first
+/// is held, the client comes back through another proxy and creates
+/// again; that create is held too, and the first is sent while the client
+/// is cut off (it lands, or is refused), so the look-up that follows can
+/// find it; the second is sent once the acquire is over, or, given
+/// `before_set`, just before the acquire's first set_data under that
+/// prefix (a lease's grant stamp, its first write after the look-up).
+/// Returns the acquire's result and what became of the two held creates.
+async fn two_creates_lost<T, F>(
+    proxies: &HeldCreate,
+    before_set: Option<&str>,
+    acquire: F,
+) -> (T, common::held::Late, common::held::Late)
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let task = tokio::spawn(acquire);
+    timeout(DEADLINE, proxies.wait_held_count(1))
+        .await
+        .expect("the first create is held");
+    proxies.open();
+    timeout(DEADLINE, proxies.wait_held_count(2))
+        .await
+        .expect("the second create is held");
+    let first = timeout(DEADLINE, proxies.release(0))
+        .await
+        .expect("the first create is answered");
+    if let Some(prefix) = before_set {
+        proxies.release_before_set(1, prefix);
+    }
+    proxies.open();
+    let acquired = timeout(DEADLINE, task)
+        .await
+        .expect("the acquire ends")
+        .expect("the acquire task");
+    let second = match before_set {
+        Some(_) => timeout(DEADLINE, proxies.late()).await,
+        None => timeout(DEADLINE, proxies.release(1)).await,
+    }
+    .expect("the second create is answered");
+    // Answered by the cluster (applied or refused), not lost on the way:
+    // else the test would prove nothing.
+    assert_ne!(first.code, ErrorCode::ConnectionLoss, "{first:?}");
+    assert_ne!(second.code, ErrorCode::ConnectionLoss, "{second:?}");
+    (acquired, first, second)
+}
+
+/// Issue 27: two creates of one acquire lose their answers, and the
+/// look-up after the second finds the first. Red before (no settling
+/// write before that look-up): the first was adopted, the second landed
+/// after the grant, two members for one join, the orphan next in line
+/// for its session's life.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutex_two_lost_creates_of_one_acquire_leave_no_orphan() {
+    let (_cluster, proxies, client, admin) = setup_held(3).await;
+    make_path(&admin, "/locks/twice").await;
+    proxies.hold_creates("/locks/twice/_c_", 2);
+    let mutex = Mutex::new(client, "/locks/twice").unwrap();
+    let (acquired, first, second) = two_creates_lost(&proxies, None, async move {
+        mutex.acquire_timeout(GRANT_WAIT).await
+    })
+    .await;
+    let guard = acquired
+        .expect("the acquire survives the lost answers")
+        .expect("granted");
+    let nodes = children(&admin, "/locks/twice").await;
+    assert_eq!(
+        nodes.len(),
+        1,
+        "two members for one join: {nodes:?} (first create {first:?}, second {second:?})"
+    );
+    assert_eq!(format!("/locks/twice/{}", nodes[0]), guard.node_path());
+    guard.release().await.unwrap();
+    // Free for anyone at once, not held by an orphan.
+    let other = Mutex::new(admin.clone(), "/locks/twice").unwrap();
+    let guard = other
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("the lock is free once released");
+    guard.release().await.unwrap();
+}
+
+/// The same for a lease lock, whose orphan would hold the lease for its
+/// TTL once the holder lets go. Its grant stamp is a write that settles
+/// the session, so the second create lands just before it. Red before:
+/// two lease nodes for one acquire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_lock_two_lost_creates_of_one_acquire_leave_no_orphan() {
+    let (_cluster, proxies, client, admin) = setup_held(3).await;
+    make_path(&admin, "/leases/twice").await;
+    proxies.hold_creates("/leases/twice/lease-", 2);
+    let leases = LeaseLock::new(client, "/leases");
+    let mine = leases.clone();
+    let (acquired, first, second) =
+        two_creates_lost(&proxies, Some("/leases/twice/lease-"), async move {
+            mine.acquire("twice", "w1", TTL, GRANT_WAIT).await
+        })
+        .await;
+    let lease = acquired
+        .expect("the acquire survives the lost answers")
+        .expect("granted");
+    let nodes = children(&admin, "/leases/twice").await;
+    assert_eq!(
+        nodes.len(),
+        1,
+        "two members for one join: {nodes:?} (first create {first:?}, second {second:?})"
+    );
+    leases
+        .release("twice", "w1", lease.fencing_token)
+        .await
+        .unwrap();
+    // Free for another client id at once, not after an orphan's TTL.
+    let others = LeaseLock::new(admin.clone(), "/leases");
+    let next = others
+        .acquire("twice", "w2", TTL, Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("the lease is free once released");
+    others
+        .release("twice", "w2", next.fencing_token)
         .await
         .unwrap();
 }

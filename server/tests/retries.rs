@@ -1,6 +1,7 @@
 //! Idempotent retries: a write retried with the same session and xid after
 //! a dropped connection is applied once, and the retry gets the original
-//! answer (ZooKeeper lacks this: ZOOKEEPER-22).
+//! answer (ZooKeeper lacks this: ZOOKEEPER-22). A linearizable read whose
+//! ReadIndex died with the leader is asked again of the next one.
 
 use warden_protocol::pb::{self, request::Op, ErrorCode};
 use warden_testkit::raw::RawConn;
@@ -178,6 +179,88 @@ fn write_older_than_the_sessions_latest_is_refused() {
         }),
     );
     assert_eq!(b.response().error, 0);
+}
+
+fn set_data(path: &str, data: &[u8]) -> Op {
+    Op::SetData(pb::SetDataRequest {
+        path: path.into(),
+        data: data.to_vec(),
+        version: None,
+        ttl_ms: 0,
+        data_null: false,
+    })
+}
+
+/// Issue 27: a linearizable read (and a sync) sent to a follower just
+/// after its leader was killed is forwarded to that dead leader (the
+/// follower still knows no other for an election timeout), so its
+/// ReadIndex is lost with it. The read is asked again of the next leader
+/// and answered, with the write the dead leader acknowledged just before
+/// it died: never NotReady after the proposal timeout, never the value
+/// before that write. One survivor becomes the new leader and the other
+/// its follower, so both of those paths are taken.
+/// Red before: every read and sync answered NotReady ("no leader
+/// confirmed the read in time") after 5 s.
+#[test]
+fn a_linearizable_read_whose_read_index_died_with_the_leader_is_asked_again() {
+    let mut cluster = Cluster::start(3);
+    let leader = cluster.leader();
+    let mut writer = RawConn::connect(cluster.addr(leader));
+    assert_eq!(writer.handshake(0, vec![]).error, 0);
+    let created = writer.request(
+        1,
+        Op::Create(pb::CreateRequest {
+            path: "/lin".into(),
+            data: b"old".to_vec(),
+            ..Default::default()
+        }),
+    );
+    assert_eq!(created.error, 0, "{created:?}");
+    let mut readers: Vec<(usize, RawConn)> = cluster
+        .node_ids()
+        .into_iter()
+        .filter(|&i| i != leader)
+        .map(|i| {
+            let mut c = RawConn::connect(cluster.addr(i));
+            assert_eq!(c.handshake(0, vec![]).error, 0);
+            (i, c)
+        })
+        .collect();
+    // Acknowledged by the leader, which dies before telling its followers
+    // (or some of them) that the write committed.
+    let set = writer.request(2, set_data("/lin", b"new"));
+    assert_eq!(set.error, 0, "{set:?}");
+    cluster.kill9(leader);
+    for (_, c) in &mut readers {
+        c.send_request(
+            1,
+            Op::GetData(pb::GetDataRequest {
+                path: "/lin".into(),
+                linearizable: true,
+                ..Default::default()
+            }),
+        );
+        c.send_request(
+            2,
+            Op::Sync(pb::SyncRequest {
+                path: "/lin".into(),
+            }),
+        );
+    }
+    for (i, c) in &mut readers {
+        let read = c.response();
+        assert_eq!(read.error, 0, "node {i}: {read:?}");
+        match &read.result {
+            Some(pb::response::Result::GetData(d)) => {
+                assert_eq!(d.data, b"new", "node {i} answered from a stale index")
+            }
+            other => panic!("node {i}: not a get_data answer: {other:?}"),
+        }
+        assert!(read.zxid >= set.zxid, "node {i}: {read:?} before {set:?}");
+        let sync = c.response();
+        assert_eq!(sync.error, 0, "node {i}: {sync:?}");
+        assert!(sync.zxid >= set.zxid, "node {i}: {sync:?} before {set:?}");
+    }
 }
 
 /// A ZooKeeper-port session over raw jute: what a pipelining client

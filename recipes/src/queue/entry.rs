@@ -36,7 +36,8 @@
 //! of node. The settling write costs one write per abandoned join whose
 //! create was in doubt, and none otherwise: an entry whose create was
 //! answered, and swept once by [`Queue::wait_turn`], just deletes its
-//! member.
+//! member. [`Queue::join`] makes the same settling write before it looks
+//! for a create whose answer was lost, for the same reason.
 
 use tracing::{debug, warn};
 use warden_client::{Client, Op, Stat};
@@ -56,8 +57,9 @@ pub(crate) struct Entry {
     pub(super) node: Option<(String, Stat)>,
     pub(super) armed: bool,
     /// A create of this entry may have been applied (or may still be)
-    /// without `node` naming it: the first create has not answered yet,
-    /// or an answer was lost and the queue has not been swept since.
+    /// without `node` naming it: a create has not answered yet, or one
+    /// found after a lost answer was adopted and the queue has not been
+    /// swept since (another create of ours may have landed too).
     pub(super) unsettled: bool,
 }
 

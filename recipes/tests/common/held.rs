@@ -14,6 +14,13 @@
 //! create is sent on its old connection and its answer kept
 //! ([`HeldCreate::late`]).
 //!
+//! [`HeldCreate::hold_creates`] holds the next several creates instead,
+//! one per proxy (each closed for good after its hold), and the test
+//! sends each back by hand ([`HeldCreate::release`]), or just before the
+//! client's next set_data under a prefix passes
+//! ([`HeldCreate::release_before_set`]): two creates of one join that
+//! both lose their answers.
+//!
 //! Frames are decoded (`warden.proto`), so requests and answers are
 //! matched by xid, not by guessing at bytes.
 
@@ -55,11 +62,18 @@ struct Held {
 
 #[derive(Default)]
 struct Plan {
-    /// Hold the next create whose path starts with this.
+    /// Hold the next creates whose path starts with this.
     create_prefix: Option<String>,
-    /// Then release it after the answer to the next listing of this.
+    /// How many more of them to hold.
+    holds_left: usize,
+    /// Then release the first after the answer to the next listing of
+    /// this (empty: released by hand).
     list_dir: String,
-    held: Option<Held>,
+    /// The held creates in the order they came (`None` once sent).
+    held: Vec<Option<Held>>,
+    /// Send held create number `.0` just before the next set_data of a
+    /// path under `.1` passes.
+    release_before_set: Option<(usize, String)>,
     /// The xid of that listing, once sent.
     list_xid: Option<u64>,
 }
@@ -68,7 +82,8 @@ struct State {
     plan: Mutex<Plan>,
     /// Closed from the hold until [`HeldCreate::open`].
     gate_open: AtomicBool,
-    held: watch::Sender<bool>,
+    /// How many creates have been held.
+    held: watch::Sender<usize>,
     late: watch::Sender<Option<Late>>,
 }
 
@@ -84,7 +99,7 @@ impl HeldCreate {
         let state = Arc::new(State {
             plan: Mutex::new(Plan::default()),
             gate_open: AtomicBool::new(true),
-            held: watch::channel(false).0,
+            held: watch::channel(0).0,
             late: watch::channel(None).0,
         });
         let mut addrs = Vec::new();
@@ -120,13 +135,50 @@ impl HeldCreate {
     pub fn hold_create(&self, create_prefix: &str, dir: &str) {
         let mut plan = self.state.plan.lock().unwrap();
         plan.create_prefix = Some(create_prefix.to_string());
+        plan.holds_left = 1;
         plan.list_dir = dir.to_string();
+    }
+
+    /// Holds the next `count` creates under `create_prefix`, each sent
+    /// only by [`HeldCreate::release`].
+    pub fn hold_creates(&self, create_prefix: &str, count: usize) {
+        let mut plan = self.state.plan.lock().unwrap();
+        plan.create_prefix = Some(create_prefix.to_string());
+        plan.holds_left = count;
+        plan.list_dir = String::new();
     }
 
     /// Waits until a create is held (the client has just been cut off).
     pub async fn wait_held(&self) {
+        self.wait_held_count(1).await;
+    }
+
+    /// Waits until `count` creates have been held.
+    pub async fn wait_held_count(&self, count: usize) {
         let mut held = self.state.held.subscribe();
-        held.wait_for(|h| *h).await.unwrap();
+        held.wait_for(|h| *h >= count).await.unwrap();
+    }
+
+    /// Sends held create number `index` (from 0) on its old connection
+    /// just before the client's next set_data of a path under `prefix`
+    /// passes; its answer comes from [`HeldCreate::late`].
+    pub fn release_before_set(&self, index: usize, prefix: &str) {
+        self.state.plan.lock().unwrap().release_before_set = Some((index, prefix.to_string()));
+    }
+
+    /// Sends held create number `index` (from 0) on its old connection
+    /// and returns its answer.
+    pub async fn release(&self, index: usize) -> Late {
+        let held = self
+            .state
+            .plan
+            .lock()
+            .unwrap()
+            .held
+            .get_mut(index)
+            .and_then(Option::take)
+            .unwrap_or_else(|| panic!("no held create {index} to send"));
+        send_held(held).await
     }
 
     /// Lets the client connect again (through a proxy that did not hold).
@@ -156,10 +208,23 @@ fn decode_response(frame: &[u8]) -> Option<pb::Response> {
     }
 }
 
-/// Sends the held create on its old connection and records its answer.
+/// Sends the first held create on its old connection and records its
+/// answer.
 async fn release(state: Arc<State>) {
-    let held = state.plan.lock().unwrap().held.take();
-    let Some(mut held) = held else { return };
+    let held = state
+        .plan
+        .lock()
+        .unwrap()
+        .held
+        .first_mut()
+        .and_then(Option::take);
+    let Some(held) = held else { return };
+    let late = send_held(held).await;
+    state.late.send_replace(Some(late));
+}
+
+/// Sends `held` on its old connection and waits for its answer.
+async fn send_held(mut held: Held) -> Late {
     let answer = async {
         held.upstream_write.write_all(&held.frame).await.ok()?;
         loop {
@@ -170,7 +235,7 @@ async fn release(state: Arc<State>) {
             }
         }
     };
-    let late = match tokio::time::timeout(ANSWER_WAIT, answer).await {
+    match tokio::time::timeout(ANSWER_WAIT, answer).await {
         Ok(Some(r)) => Late {
             code: ErrorCode::try_from(r.error).unwrap_or(ErrorCode::SystemError),
             created: match r.result {
@@ -182,8 +247,7 @@ async fn release(state: Arc<State>) {
             code: ErrorCode::ConnectionLoss,
             created: None,
         },
-    };
-    state.late.send_replace(Some(late));
+    }
 }
 
 async fn conn(client: TcpStream, upstream: String, state: Arc<State>, closed: Arc<AtomicBool>) {
@@ -223,6 +287,28 @@ async fn conn(client: TcpStream, upstream: String, state: Arc<State>, closed: Ar
         }
     });
     while let Ok(frame) = cr.next().await {
+        let send_first = {
+            let mut plan = state.plan.lock().unwrap();
+            let due = match (
+                decode_request(&frame).and_then(|r| r.op),
+                &plan.release_before_set,
+            ) {
+                (Some(request::Op::SetData(set)), Some((_, prefix))) => {
+                    set.path.starts_with(prefix.as_str())
+                }
+                _ => false,
+            };
+            if due {
+                let (index, _) = plan.release_before_set.take().unwrap();
+                plan.held.get_mut(index).and_then(Option::take)
+            } else {
+                None
+            }
+        };
+        if let Some(held) = send_first {
+            let late = send_held(held).await;
+            state.late.send_replace(Some(late));
+        }
         let hold = {
             let mut plan = state.plan.lock().unwrap();
             match decode_request(&frame).and_then(|r| Some((r.xid, r.op?))) {
@@ -232,11 +318,14 @@ async fn conn(client: TcpStream, upstream: String, state: Arc<State>, closed: Ar
                         .as_ref()
                         .is_some_and(|p| c.path.starts_with(p.as_str())) =>
                 {
-                    plan.create_prefix = None;
+                    plan.holds_left = plan.holds_left.saturating_sub(1);
+                    if plan.holds_left == 0 {
+                        plan.create_prefix = None;
+                    }
                     Some(xid)
                 }
                 Some((xid, request::Op::GetChildren(g)))
-                    if plan.held.is_some()
+                    if !plan.held.is_empty()
                         && plan.list_xid.is_none()
                         && g.path == plan.list_dir =>
                 {
@@ -253,13 +342,17 @@ async fn conn(client: TcpStream, upstream: String, state: Arc<State>, closed: Ar
             state.gate_open.store(false, Ordering::SeqCst);
             let _ = give_back.send(());
             if let Ok(upstream_read) = handed.await {
-                state.plan.lock().unwrap().held = Some(Held {
-                    frame,
-                    xid,
-                    upstream_read,
-                    upstream_write: sw,
-                });
-                state.held.send_replace(true);
+                let count = {
+                    let mut plan = state.plan.lock().unwrap();
+                    plan.held.push(Some(Held {
+                        frame,
+                        xid,
+                        upstream_read,
+                        upstream_write: sw,
+                    }));
+                    plan.held.len()
+                };
+                state.held.send_replace(count);
             }
             return;
         }

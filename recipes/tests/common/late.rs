@@ -10,7 +10,9 @@
 //! connections, so the client resumes its session through the other one.
 //! When a frame with `marker` comes again (the retried create), the held
 //! create is first sent on the old connection and its answer awaited:
-//! it commits just before the retry, after every look-up the client made.
+//! it arrives just before the retry, after every look-up the client made
+//! (and is refused since the join settles its session's writes before
+//! it looks; without that it would commit there).
 
 #![allow(dead_code)]
 
@@ -63,6 +65,8 @@ struct State {
     held: Mutex<Option<Held>>,
     /// Set once the held create was answered with the created path.
     late_created: AtomicBool,
+    /// Set once the held create was answered at all (created or refused).
+    late_answered: AtomicBool,
 }
 
 /// Proxies sharing one plan (see the module docs).
@@ -112,6 +116,12 @@ impl LateCreate {
     /// it created).
     pub fn late_created(&self) -> bool {
         self.state.late_created.load(Ordering::SeqCst)
+    }
+
+    /// Whether the held create was sent late and answered (applied or
+    /// refused): the schedule took place.
+    pub fn late_answered(&self) -> bool {
+        self.state.late_answered.load(Ordering::SeqCst)
     }
 }
 
@@ -178,6 +188,7 @@ async fn conn(client: TcpStream, upstream: String, state: Arc<State>, closed: Ar
                 if let Ok(Ok(answer)) =
                     tokio::time::timeout(Duration::from_secs(10), h.upstream_read.next()).await
                 {
+                    state.late_answered.store(true, Ordering::SeqCst);
                     if created(&answer, &marker) {
                         state.late_created.store(true, Ordering::SeqCst);
                     }

@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use raft::ReadState;
 use tokio_util::sync::CancellationToken;
@@ -57,6 +57,28 @@ pub(super) enum Slot {
     Write { xid: u64, request_id: u64 },
     /// A heartbeat answered in order.
     Ping { xid: u64 },
+}
+
+/// How long a linearizable read's ReadIndex question goes unanswered
+/// before this server asks it again. Raft loses such a question without
+/// a word: a server that knows no leader drops it, a new leader drops it
+/// until it has committed an entry of its term, and a leader that dies or
+/// steps down takes the ones it was confirming with it (a leader change
+/// asks every question again at once, this is for the rest). A question
+/// is answered within one heartbeat round when none is lost, so a second
+/// ask is rare; well under [`PROPOSAL_TIMEOUT`], so a read is asked
+/// several times before it is answered NotReady.
+pub(super) const READ_INDEX_ASK_AGAIN: Duration = Duration::from_millis(500);
+
+/// A linearizable read waiting for the answer to its ReadIndex question.
+#[derive(Debug, Clone, Copy)]
+struct ReadWaiter {
+    conn: ConnId,
+    /// When the read arrived: it is answered NotReady
+    /// [`PROPOSAL_TIMEOUT`] later.
+    since: Instant,
+    /// When raft was last asked.
+    asked: Instant,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,8 +135,8 @@ pub(super) struct Clients {
     /// The connection each session is on.
     by_session: HashMap<u64, ConnId>,
     watches: WatchRegistry,
-    /// ReadIndex contexts in flight: ctx -> (connection, asked at).
-    read_waiters: HashMap<u64, (ConnId, Instant)>,
+    /// ReadIndex contexts in flight.
+    read_waiters: HashMap<u64, ReadWaiter>,
     /// Connections with a read whose ReadIndex answer is ahead of what we
     /// have applied, by that index: flushed once `applied` reaches it.
     reads_blocked: BTreeMap<u64, HashSet<ConnId>>,
@@ -359,7 +381,33 @@ impl Clients {
 
     /// A linearizable read of `conn` waits for the ReadIndex of `ctx`.
     pub fn await_read_index(&mut self, ctx: u64, conn: ConnId) {
-        self.read_waiters.insert(ctx, (conn, Instant::now()));
+        let now = Instant::now();
+        self.read_waiters.insert(
+            ctx,
+            ReadWaiter {
+                conn,
+                since: now,
+                asked: now,
+            },
+        );
+    }
+
+    /// The ReadIndex questions to ask raft again now: after a leader
+    /// change (`all`) every unanswered one, else those unanswered for
+    /// [`READ_INDEX_ASK_AGAIN`]. Asking again never makes a read stale:
+    /// every ask of a read is made after it arrived here, and any answer
+    /// to any of them is the commit index of a leader that confirmed with
+    /// a quorum, after that ask, that it still led; the first answer
+    /// serves the read, later ones find no waiter.
+    pub fn read_index_asks_due(&mut self, now: Instant, all: bool) -> Vec<u64> {
+        let mut due = Vec::new();
+        for (ctx, w) in &mut self.read_waiters {
+            if all || now.duration_since(w.asked) >= READ_INDEX_ASK_AGAIN {
+                w.asked = now;
+                due.push(*ctx);
+            }
+        }
+        due
     }
 
     /// Sends a frame now, outside the queue (handshake answers, events).
@@ -452,7 +500,7 @@ impl Clients {
                 self.by_session.remove(&s);
             }
         }
-        self.read_waiters.retain(|_, (c, _)| *c != conn);
+        self.read_waiters.retain(|_, w| w.conn != conn);
     }
 
     /// Sends every answer at the head of `conn`'s queue that is ready,
@@ -633,7 +681,7 @@ impl Clients {
                 continue;
             };
             let ctx = u64::from_be_bytes(bytes);
-            let Some((conn, _)) = self.read_waiters.remove(&ctx) else {
+            let Some(ReadWaiter { conn, .. }) = self.read_waiters.remove(&ctx) else {
                 continue;
             };
             if let Some(c) = self.conns.get_mut(&conn) {
@@ -669,8 +717,8 @@ impl Clients {
         let stale: Vec<(u64, ConnId)> = self
             .read_waiters
             .iter()
-            .filter(|(_, (_, since))| now.duration_since(*since) >= PROPOSAL_TIMEOUT)
-            .map(|(ctx, (conn, _))| (*ctx, *conn))
+            .filter(|(_, w)| now.duration_since(w.since) >= PROPOSAL_TIMEOUT)
+            .map(|(ctx, w)| (*ctx, w.conn))
             .collect();
         let zxid = tree.applied_index();
         for (ctx, conn) in stale {
@@ -777,5 +825,46 @@ impl Clients {
             );
         }
         self.push(conn, frames::connect(resp));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(c: u64) -> Vec<u8> {
+        c.to_be_bytes().to_vec()
+    }
+
+    /// A ReadIndex question is asked again after a leader change at once,
+    /// otherwise only once it went unanswered for READ_INDEX_ASK_AGAIN;
+    /// an answered one never again.
+    #[test]
+    fn unanswered_read_index_questions_are_asked_again() {
+        let mut clients = Clients::new(Limits::default(), OpMetrics::new());
+        clients.await_read_index(7, 1);
+        clients.await_read_index(8, 1);
+        let now = Instant::now();
+        assert!(clients.read_index_asks_due(now, false).is_empty());
+        let mut all = clients.read_index_asks_due(now, true);
+        all.sort_unstable();
+        assert_eq!(all, vec![7, 8]);
+        // Asked again just now: not due until the interval has passed.
+        assert!(clients.read_index_asks_due(now, false).is_empty());
+        let later = now + READ_INDEX_ASK_AGAIN;
+        let mut due = clients.read_index_asks_due(later, false);
+        due.sort_unstable();
+        assert_eq!(due, vec![7, 8]);
+
+        let tree = DataTree::new();
+        clients.read_states(
+            vec![ReadState {
+                index: 0,
+                request_ctx: ctx(7),
+            }],
+            &tree,
+        );
+        let much_later = later + READ_INDEX_ASK_AGAIN;
+        assert_eq!(clients.read_index_asks_due(much_later, true), vec![8]);
     }
 }

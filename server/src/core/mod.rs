@@ -567,6 +567,7 @@ impl Core {
         self.m.installs.settle();
         if std::mem::take(&mut self.m.leader_changed) {
             self.repropose_after_leader_change();
+            self.ask_reads_again(true);
             self.ready_loop()?;
         }
         if std::mem::take(&mut self.m.conf_change_due) {
@@ -695,6 +696,7 @@ impl Core {
         self.compaction_due = true;
         self.expire_waiters(Instant::now());
         self.m.read_only_tick(Instant::now());
+        self.ask_reads_again(false);
         self.settle_join_waits();
         // At once on the first tick too: a server started with --join is
         // heard from (and may be added as a voter) without waiting a round.

@@ -325,7 +325,7 @@ impl Core {
                 let read_index = if linearizable && !self.m.cfg.unsafe_skip_read_index {
                     let ctx = self.m.proposals.next_id();
                     self.m.clients.await_read_index(ctx, conn);
-                    self.raft.read_index(ctx.to_be_bytes().to_vec());
+                    self.ask_read_index(ctx);
                     ReadIndexWait::Pending(ctx)
                 } else {
                     ReadIndexWait::None
@@ -381,6 +381,36 @@ impl Core {
             }
         };
         self.answer(conn, slot, op_name);
+    }
+
+    /// Asks raft to confirm, through the leader, the commit index a
+    /// linearizable read waiting on `ctx` must see (ReadIndex).
+    fn ask_read_index(&mut self, ctx: u64) {
+        self.raft.read_index(ctx.to_be_bytes().to_vec());
+    }
+
+    /// Asks again the ReadIndex questions raft may have lost (see
+    /// [`super::clients::READ_INDEX_ASK_AGAIN`]): after a leader change
+    /// (`all`) every unanswered one, since the old leader took those it
+    /// was confirming with it; else those unanswered for a while. Not
+    /// while no leader is known: raft would drop them, and the leader
+    /// change that ends that asks them all.
+    pub(super) fn ask_reads_again(&mut self, all: bool) {
+        if self.m.leader_id == 0 {
+            return;
+        }
+        let due = self.m.clients.read_index_asks_due(Instant::now(), all);
+        if !due.is_empty() {
+            debug!(
+                count = due.len(),
+                leader = self.m.leader_id,
+                after_leader_change = all,
+                "linearizable reads' ReadIndex asked again"
+            );
+        }
+        for ctx in due {
+            self.ask_read_index(ctx);
+        }
     }
 
     /// Who may do what ([`crate::authority`]): this server's admin and
