@@ -13,9 +13,16 @@
 //! peer reaches the core, and one to a peer leaves it, without waking
 //! another thread.
 //!
-//! Inbound connections are accepted on `--peer-listen`; every frame read is
+//! Inbound connections are accepted on `--peer-listen` (at most
+//! [`limits::PEER_CONNECTIONS_PER_SOURCE_MAX`] per source address and
+//! [`limits::PEER_CONNECTIONS_MAX`] in all); every frame read is
 //! forwarded to the core. Frames are `u32` big-endian length + one
-//! [`PeerFrame`], bounded by [`PEER_FRAME_BYTES_MAX`].
+//! [`PeerFrame`], bounded by [`PEER_FRAME_BYTES_MAX`] (a larger one closes
+//! its connection before its body is read).
+//!
+//! TLS handshakes, inbound and outbound, run on the server's runtime, not
+//! the core's, bounded by [`PEER_HANDSHAKE_TIMEOUT`]; a link is moved to
+//! the core's runtime once its peer proved itself ([`rehome`]).
 //!
 //! Snapshots do not travel on these links: [`Transport::send_snapshot`]
 //! streams one on a connection of its own ([`super::snapstream`]), whose
