@@ -13,7 +13,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use warden_client::{Client, ConnectOptions, CreateOptions, ErrorCode, TlsOptions};
-use warden_server::limits::{PEER_CONNECTIONS_PER_SOURCE_MAX, PEER_HANDSHAKE_TIMEOUT};
+use warden_server::limits::{
+    PEER_CONNECTIONS_MAX, PEER_CONNECTIONS_PER_SOURCE_MAX, PEER_HANDSHAKE_TIMEOUT,
+};
 use warden_testkit::{wait_until, Cluster, Server, ServerOptions, TlsCerts};
 
 /// How long a test waits for what must happen.
@@ -228,11 +230,12 @@ async fn a_flood_past_each_client_doors_cap_is_refused_and_the_door_serves() {
     loop {
         let mut c = connect_from(FLOODER, &http).await;
         c.set_read_timeout(Some(DEADLINE)).unwrap();
-        write!(
+        // Refused (429) while the places are still taken: the write may
+        // find the connection closed already.
+        let _ = write!(
             c,
             "GET /health HTTP/1.1\r\nHost: {http}\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
+        );
         let mut out = String::new();
         let _ = c.read_to_string(&mut out);
         if out.starts_with("HTTP/1.1 200") {
@@ -310,6 +313,32 @@ async fn a_flood_past_the_peer_ports_cap_is_closed_and_members_keep_linking() {
         b"ok",
         "the restarted follower caught up"
     );
+
+    // More sources, each within its own cap, past the cap of all of them
+    // together on the node not restarted (its flood from 127.0.0.2 still
+    // held): what passes it is closed too (and logged).
+    let target = leader;
+    let mut more = Vec::new();
+    for source in ["127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6"] {
+        for _ in 0..PEER_CONNECTIONS_PER_SOURCE_MAX {
+            more.push(Conn {
+                tcp: connect_from(source, cluster.peer_addr(target)).await,
+                got: Vec::new(),
+                closed: false,
+            });
+        }
+    }
+    // 32 from 127.0.0.2 and the members' links held already: at least
+    // 5 x 32 - 128 are past the total.
+    let past = 5 * PEER_CONNECTIONS_PER_SOURCE_MAX - PEER_CONNECTIONS_MAX;
+    wait_refused(&mut more, past, silent, "the total cap");
+    assert!(
+        cluster
+            .log(target)
+            .contains(&format!("(at most {PEER_CONNECTIONS_MAX} in all)")),
+        "node {target} logs the total cap"
+    );
+    drop(more);
     drop(floods);
     write_and_read(&c, "/after").await;
 }
