@@ -16,7 +16,7 @@ const LEN_BYTES: usize = 4;
 /// Most the decoder reserves for a frame's bytes that have not arrived.
 /// A length prefix is a claim, not bytes: a peer that announces a frame of
 /// the maximum size and then sends nothing must not make us allocate it
-/// (the peer link allows 1 GiB frames). A larger frame grows the buffer as
+/// (the peer link allows frames larger than a client's). A larger frame grows the buffer as
 /// its bytes come in, by amortized doubling.
 pub const RESERVE_AHEAD_BYTES_MAX: usize = 64 * 1024;
 

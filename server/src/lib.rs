@@ -17,6 +17,7 @@
 // between them resolve.
 #![allow(rustdoc::private_intra_doc_links)]
 
+pub mod accept_errors;
 pub mod auth;
 pub mod authority;
 pub mod backup;

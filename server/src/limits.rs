@@ -22,12 +22,16 @@
 //!   (on the ZooKeeper door also `--zk-max-packet-bytes`, ZooKeeper's
 //!   jute.maxbuffer: a larger packet closes the connection, as there);
 //! - children per reply: get_children.
+//!
+//! The peer port and the accept loops have bounds of their own below
+//! (constants, not flags: they follow from how members talk, not from a
+//! deployment's load).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tracing::{debug, warn};
 use warden_protocol::FRAME_BYTES_MAX;
@@ -127,6 +131,66 @@ pub const WATCH_HUBS_MAX: usize = 1024;
 /// Changes a lock watch keeps for resuming streams: 256 holder states of
 /// ~200 bytes each per watched lock.
 pub const WATCH_HISTORY_MAX: usize = 256;
+
+// The peer port (`--peer-listen`, `crate::raft::transport`): what any
+// process that reaches it may take. A member needs little: one link to
+// each other member, one snapshot transfer at a time from the leader,
+// and for a moment a second link while it dials again.
+
+/// Inbound peer connections one source address may hold open. A member
+/// holds one link to us, one snapshot transfer, and for a moment the link
+/// it is replacing: 3. The bound leaves room for ten members on one host
+/// (a cluster on one machine, as the tests and `warden local` run).
+/// Past it a new connection from that address is closed at once, counted
+/// (`warden_peer_refused_total{reason="connections"}`) and logged.
+pub const PEER_CONNECTIONS_PER_SOURCE_MAX: usize = 32;
+/// Inbound peer connections from all sources together: room for 40
+/// members' links (ZooKeeper and etcd advise 3 to 7), so that many
+/// sources together still cannot take every file descriptor.
+pub const PEER_CONNECTIONS_MAX: usize = 128;
+/// How long an inbound or outbound peer connection may take from its
+/// first byte to a verified TLS handshake. A member's handshake is a few
+/// round trips on a local network; one that has not finished by then is
+/// a stalled or hostile one, and gives its place back.
+pub const PEER_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest log entry a server proposes for a client's write. A request
+/// (at most [`FRAME_BYTES_MAX`], ZooKeeper's packets too) becomes one
+/// entry: its txn plus the connection's identities (at most
+/// `auth::CONN_IDS_MAX`, of at most 1 KiB each). A txn is about its
+/// request's size, but can be far larger: an `auth` ACL entry becomes one
+/// entry per identity of the connection, and a node's ACL may hold 31 of
+/// them (one per permission set), on each of a multi's 1000 creates: a
+/// request of a few KiB can make a txn of hundreds of MiB. Twice the
+/// request bound is room for every write a client means; a write whose
+/// entry would be larger is refused (`LimitExceeded`, naming the sizes)
+/// before raft holds it, so that every entry fits a peer frame: one that
+/// no follower could receive would stop the cluster for good.
+pub const ENTRY_BYTES_MAX: usize = 2 * FRAME_BYTES_MAX;
+/// What raft and the peer frame add around one entry or snapshot chunk
+/// (the raft message's term, indexes and commit, the frame's sender): a
+/// few hundred bytes; the rest is margin.
+pub const PEER_FRAME_OVERHEAD_BYTES: usize = 1024 * 1024;
+/// Largest frame on the peer port (a frame's length is read before its
+/// body, and a larger one closes the connection before anything is
+/// allocated). What a member sends: raft appends (at most 64 KiB of
+/// entries, or one entry of at most [`ENTRY_BYTES_MAX`]), snapshot chunks
+/// (at most `--snapshot-chunk-bytes`, 16 MiB), heartbeats, status and
+/// session touches (a few bytes per session). Was 1 GiB, when a snapshot
+/// was one frame; a server older than streamed snapshots sending one
+/// larger than this is refused (the transfer fails; upgrade it).
+pub const PEER_FRAME_BYTES_MAX: usize = ENTRY_BYTES_MAX + PEER_FRAME_OVERHEAD_BYTES;
+
+// Every door's accept loop (client, ZooKeeper, HTTP, gRPC, peer).
+
+/// Pause after a failed accept (out of file descriptors: EMFILE, ENFILE,
+/// or out of memory) before the next try: the failure lasts until a
+/// connection closes, and trying again at once would spin a core while
+/// the connection waiting in the backlog makes every try fail.
+pub const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+/// At most one `warn` line per door for failed accepts in this interval
+/// (with how many failed since the last line): a flood cannot flood the
+/// log.
+pub const ACCEPT_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The limits in force (validated flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,39 +316,94 @@ pub fn record(metrics: &OpMetrics, limit: Limit, what: &str) {
     }
 }
 
-/// What the connection tasks of both client doors share: the limits, the
-/// open connections per client IP, and the metric.
-#[derive(Debug, Clone)]
-pub struct Limiter {
-    pub limits: Limits,
-    per_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
-    metrics: OpMetrics,
+/// Open connections per source address (and in all), for one door or a
+/// group of doors: what a connection cap counts.
+#[derive(Debug, Clone, Default)]
+pub struct SourceCounts {
+    counts: Arc<Mutex<Counts>>,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    per_ip: HashMap<IpAddr, usize>,
+    total: usize,
+}
+
+/// Why [`SourceCounts::admit`] refused a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Full {
+    /// The source already holds this many.
+    Source(usize),
+    /// All sources together hold this many.
+    Total(usize),
 }
 
 /// One admitted connection; dropping it frees its place.
 #[derive(Debug)]
 pub struct IpPermit {
     ip: IpAddr,
-    per_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    counts: Arc<Mutex<Counts>>,
 }
 
 impl Drop for IpPermit {
     fn drop(&mut self) {
-        let mut map = self.per_ip.lock().expect("per-IP table lock");
-        if let Some(n) = map.get_mut(&self.ip) {
+        let mut c = self.counts.lock().expect("per-IP table lock");
+        c.total -= 1;
+        if let Some(n) = c.per_ip.get_mut(&self.ip) {
             *n -= 1;
             if *n == 0 {
-                map.remove(&self.ip);
+                c.per_ip.remove(&self.ip);
             }
         }
     }
+}
+
+impl SourceCounts {
+    /// Admits one more connection from `ip` if it holds fewer than
+    /// `per_source` and all together fewer than `total`.
+    pub fn admit(&self, ip: IpAddr, per_source: usize, total: usize) -> Result<IpPermit, Full> {
+        let mut c = self.counts.lock().expect("per-IP table lock");
+        if c.total >= total {
+            return Err(Full::Total(c.total));
+        }
+        let n = c.per_ip.entry(ip).or_insert(0);
+        if *n >= per_source {
+            return Err(Full::Source(*n));
+        }
+        *n += 1;
+        c.total += 1;
+        Ok(IpPermit {
+            ip,
+            counts: self.counts.clone(),
+        })
+    }
+
+    /// Open connections from `ip`.
+    pub fn from(&self, ip: IpAddr) -> usize {
+        let c = self.counts.lock().expect("per-IP table lock");
+        c.per_ip.get(&ip).copied().unwrap_or(0)
+    }
+
+    /// Open connections from every source.
+    pub fn total(&self) -> usize {
+        self.counts.lock().expect("per-IP table lock").total
+    }
+}
+
+/// What the connection tasks of both client doors share: the limits, the
+/// open connections per client IP, and the metric.
+#[derive(Debug, Clone)]
+pub struct Limiter {
+    pub limits: Limits,
+    per_ip: SourceCounts,
+    metrics: OpMetrics,
 }
 
 impl Limiter {
     pub fn new(limits: Limits, metrics: OpMetrics) -> Self {
         Self {
             limits,
-            per_ip: Arc::default(),
+            per_ip: SourceCounts::default(),
             metrics,
         }
     }
@@ -293,16 +412,8 @@ impl Limiter {
     /// for the client; the hit is already recorded).
     pub fn admit(&self, ip: IpAddr) -> Result<IpPermit, String> {
         let max = self.limits.connections_per_ip;
-        {
-            let mut map = self.per_ip.lock().expect("per-IP table lock");
-            let n = map.entry(ip).or_insert(0);
-            if *n < max {
-                *n += 1;
-                return Ok(IpPermit {
-                    ip,
-                    per_ip: self.per_ip.clone(),
-                });
-            }
+        if let Ok(permit) = self.per_ip.admit(ip, max, usize::MAX) {
+            return Ok(permit);
         }
         let msg = format!(
             "{ip} already has {max} connections open; the limit is {max} ({})",
@@ -318,12 +429,7 @@ impl Limiter {
 
     /// Open connections from `ip` (for tests and status).
     pub fn connections_from(&self, ip: IpAddr) -> usize {
-        self.per_ip
-            .lock()
-            .expect("per-IP table lock")
-            .get(&ip)
-            .copied()
-            .unwrap_or(0)
+        self.per_ip.from(ip)
     }
 }
 
@@ -358,6 +464,23 @@ mod tests {
         assert_eq!(limiter.connections_from(a), 1);
         let _p4 = limiter.admit(a).unwrap();
         assert_eq!(limiter.connections_from(a), 2);
+    }
+
+    #[test]
+    fn source_counts_bound_each_source_and_the_total() {
+        let counts = SourceCounts::default();
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let c: IpAddr = "10.0.0.3".parse().unwrap();
+        let a1 = counts.admit(a, 2, 3).unwrap();
+        let _a2 = counts.admit(a, 2, 3).unwrap();
+        assert_eq!(counts.admit(a, 2, 3).unwrap_err(), Full::Source(2));
+        let _b1 = counts.admit(b, 2, 3).unwrap();
+        assert_eq!(counts.admit(c, 2, 3).unwrap_err(), Full::Total(3));
+        drop(a1);
+        assert_eq!((counts.from(a), counts.total()), (1, 2));
+        let _c1 = counts.admit(c, 2, 3).unwrap();
+        assert_eq!(counts.total(), 3);
     }
 
     #[test]

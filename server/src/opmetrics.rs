@@ -163,7 +163,7 @@ impl OpMetrics {
         }
         registry.register(
             "peer_refused",
-            "Peer connections and frames refused, by reason: certificate (names no member id), sender (not the member the link is bound to), wrong_peer (a dialled peer proved another id), non_member",
+            "Peer connections and frames refused, by reason: certificate (names no member id), sender (not the member the link is bound to), wrong_peer (a dialled peer proved another id), non_member, connections (past the peer port's connection caps), frame (oversized or undecodable)",
             self.peer_refused.clone(),
         );
         self.locks.register(registry);

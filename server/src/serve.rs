@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
-use tracing::{error, info, warn};
+use tracing::{error, info};
 
 use crate::config::Config;
 use crate::conn;
@@ -137,6 +137,9 @@ pub async fn serve(
     let _dir_lock = crate::backup::lock(&cfg.data_dir).map_err(ServeError::DataDir)?;
     crate::backup::check_format(&cfg.data_dir).map_err(ServeError::DataDir)?;
     let stop_peers = CancellationToken::new();
+    // However `serve` ends (an error included), the peer port's loop on
+    // this runtime ends with it.
+    let _stop_peers_on_return = stop_peers.clone().drop_guard();
     let (peer_tx, peer_rx) = mpsc::channel::<transport::PeerEvent>(PEER_INBOX_MAX);
     // The core's own runtime: it also runs the peer links, so a frame from
     // a peer reaches the core, and one to a peer leaves it, without waking
@@ -146,12 +149,15 @@ pub async fn serve(
         .build()
         .map_err(ServeError::Runtime)?;
     let op_metrics = crate::opmetrics::OpMetrics::new();
-    core_rt.spawn(transport::listen(
+    // The peer port's accept loop and handshakes run here, off the core's
+    // thread; the links' frames are read on the core's runtime.
+    tokio::spawn(transport::listen(
         peer_listener,
         peer_tx,
         stop_peers.clone(),
         transport::PeerLinks::of(cfg.tls.as_ref()),
         op_metrics.clone(),
+        core_rt.handle().clone(),
     ));
 
     let core = match Core::open(
@@ -267,6 +273,7 @@ pub async fn serve(
             cfg.tls.clone(),
             api_limiter,
         ));
+        let mut accept_errors = crate::accept_errors::AcceptErrors::new("native");
         loop {
             tokio::select! {
                 _ = &mut shutdown => {
@@ -281,11 +288,16 @@ pub async fn serve(
                 }
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
+                        accept_errors.accepted();
                         let conn = next_conn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let tls = cfg.tls.as_ref().map(|t| t.clients.clone());
                         tokio::spawn(conn::accept(stream, peer, conn, core_tx.clone(), tls, limiter.clone()));
                     }
-                    Err(e) => warn!(error = %e, "accept failed"),
+                    Err(e) => {
+                        // Paused before the next try, out of the select:
+                        // a shutdown waits at most the pause.
+                        accept_errors.failed(&e).await;
+                    }
                 }
             }
         }

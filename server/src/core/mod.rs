@@ -389,6 +389,11 @@ impl Core {
         );
         let links = crate::raft::transport::PeerLinks::of(cfg.tls.as_ref());
         let mut transport = Transport::new(cfg.id, runtime, links);
+        // Opened from the server's runtime (`serve`): peer TLS handshakes
+        // run there, off the core's thread.
+        if let Ok(server_runtime) = tokio::runtime::Handle::try_current() {
+            transport.set_handshake_runtime(server_runtime);
+        }
         transport.set_metrics(op_metrics.clone());
         transport.set_snapshot_options(
             cfg.snapshot_chunk_bytes,

@@ -537,6 +537,24 @@ impl Core {
             "untagged client write"
         );
         let proposal = self.m.proposals.encode(self.m.node_id, request_id, txn);
+        if proposal.len() > limits::ENTRY_BYTES_MAX {
+            // No follower could receive it (it would not fit a peer
+            // frame): refused here, before raft holds it.
+            let message = format!(
+                "this write's log entry would be {} bytes (the request with the \
+                 connection's {} identities); the limit is {} bytes",
+                proposal.len(),
+                self.m.clients.get(conn).map_or(0, |c| c.ids.len()),
+                limits::ENTRY_BYTES_MAX
+            );
+            debug!(conn, "{message}");
+            let zxid = self.m.tree.applied_index();
+            return Slot::Done(frames::error(
+                xid,
+                zxid,
+                Failure::new(ErrorCode::LimitExceeded, message),
+            ));
+        }
         let handed = match self.raft.propose(proposal.clone()) {
             Ok(()) => true,
             Err(e) => {

@@ -6,20 +6,15 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::time::Duration;
 
+use crate::accept_errors::AcceptErrors;
+use crate::tls::{Refused, Stream};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
-use tracing::warn;
-
-use crate::tls::{Refused, Stream};
 
 /// TLS handshakes in progress at once on the HTTP port.
 pub const HANDSHAKES_MAX: usize = 1024;
-/// Pause after a failed accept (out of file descriptors, say), so the
-/// loop does not spin.
-const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
 const PLAIN_HTTP_REFUSAL: &str = "HTTP/1.1 400 Bad Request\r\n\
     Content-Type: application/json\r\nConnection: close\r\nContent-Length: 61\r\n\r\n\
@@ -29,6 +24,7 @@ pub(crate) struct TlsListener {
     tcp: TcpListener,
     acceptor: TlsAcceptor,
     handshakes: JoinSet<Option<(Stream, SocketAddr)>>,
+    accept_errors: AcceptErrors,
 }
 
 impl TlsListener {
@@ -37,6 +33,7 @@ impl TlsListener {
             tcp,
             acceptor,
             handshakes: JoinSet::new(),
+            accept_errors: AcceptErrors::new("https"),
         }
     }
 }
@@ -69,11 +66,11 @@ impl axum::serve::Listener for TlsListener {
                 accepted = self.tcp.accept(), if self.handshakes.len() < HANDSHAKES_MAX => {
                     match accepted {
                         Ok((tcp, peer)) => {
+                            self.accept_errors.accepted();
                             self.handshakes.spawn(handshake(self.acceptor.clone(), tcp, peer));
                         }
                         Err(e) => {
-                            warn!(error = %e, "HTTP accept failed");
-                            tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                            self.accept_errors.failed(&e).await;
                         }
                     }
                 }

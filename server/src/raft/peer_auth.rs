@@ -41,14 +41,23 @@ pub enum Refusal {
     /// Logged at `debug` only: a member being added or just removed sends
     /// these in the ordinary course.
     NonMember,
+    /// An inbound connection past the peer port's caps (per source address
+    /// or in all, `limits::PEER_CONNECTIONS_*`): closed at once.
+    Connections,
+    /// A frame over `limits::PEER_FRAME_BYTES_MAX` (refused from its
+    /// length, before its body is read) or one that does not decode: the
+    /// connection is closed.
+    Frame,
 }
 
 /// Every refusal, for the metric's labels (each starts at 0).
-pub const REFUSALS: [Refusal; 4] = [
+pub const REFUSALS: [Refusal; 6] = [
     Refusal::Certificate,
     Refusal::Sender,
     Refusal::WrongPeer,
     Refusal::NonMember,
+    Refusal::Connections,
+    Refusal::Frame,
 ];
 
 impl Refusal {
@@ -59,6 +68,8 @@ impl Refusal {
             Refusal::Sender => "sender",
             Refusal::WrongPeer => "wrong_peer",
             Refusal::NonMember => "non_member",
+            Refusal::Connections => "connections",
+            Refusal::Frame => "frame",
         }
     }
 

@@ -26,7 +26,7 @@ use tracing::{debug, info, warn};
 use prost::Message as _;
 
 use super::transport::{
-    codec, tls_connect, PeerLinks, PEER_FRAME_BYTES_MAX, PEER_QUEUE_BYTES_MAX, PEER_QUEUE_MAX,
+    codec, tls_connect_aside, PeerLinks, PEER_FRAME_BYTES_MAX, PEER_QUEUE_BYTES_MAX, PEER_QUEUE_MAX,
 };
 use crate::opmetrics::OpMetrics;
 use crate::proto::PeerFrame;
@@ -227,6 +227,7 @@ pub(super) async fn run(
     stop: CancellationToken,
     links: PeerLinks,
     metrics: OpMetrics,
+    handshakes: tokio::runtime::Handle,
 ) {
     if let PeerLinks::Refused = links {
         warn!("not dialling the peer: TLS is on without --tls-ca, so peer links cannot be secured");
@@ -259,18 +260,20 @@ pub(super) async fn run(
         };
         let _ = tcp.set_nodelay(true);
         let (mut conn, mut watch) = match &links {
-            PeerLinks::Tls(tls) => match tls_connect(tls, id, &addr, tcp, &stop, &metrics).await {
-                Some(s) => {
-                    let (read, write) = tokio::io::split(s);
-                    (Conn::Tls(write), Watch::Tls(read))
-                }
-                None => {
-                    if !back_off(&link, &stop, &mut backoff).await {
-                        return;
+            PeerLinks::Tls(tls) => {
+                match tls_connect_aside(tls, id, &addr, tcp, &stop, &metrics, &handshakes).await {
+                    Some(s) => {
+                        let (read, write) = tokio::io::split(s);
+                        (Conn::Tls(write), Watch::Tls(read))
                     }
-                    continue;
+                    None => {
+                        if !back_off(&link, &stop, &mut backoff).await {
+                            return;
+                        }
+                        continue;
+                    }
                 }
-            },
+            }
             _ => {
                 let tcp = Arc::new(tcp);
                 link.state().direct = Some(tcp.clone());

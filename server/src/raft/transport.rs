@@ -13,9 +13,16 @@
 //! peer reaches the core, and one to a peer leaves it, without waking
 //! another thread.
 //!
-//! Inbound connections are accepted on `--peer-listen`; every frame read is
+//! Inbound connections are accepted on `--peer-listen` (at most
+//! [`limits::PEER_CONNECTIONS_PER_SOURCE_MAX`] per source address and
+//! [`limits::PEER_CONNECTIONS_MAX`] in all); every frame read is
 //! forwarded to the core. Frames are `u32` big-endian length + one
-//! [`PeerFrame`], bounded by [`PEER_FRAME_BYTES_MAX`].
+//! [`PeerFrame`], bounded by [`PEER_FRAME_BYTES_MAX`] (a larger one closes
+//! its connection before its body is read).
+//!
+//! TLS handshakes, inbound and outbound, run on the server's runtime, not
+//! the core's, bounded by [`PEER_HANDSHAKE_TIMEOUT`]; a link is moved to
+//! the core's runtime once its peer proved itself ([`rehome`]).
 //!
 //! Snapshots do not travel on these links: [`Transport::send_snapshot`]
 //! streams one on a connection of its own ([`super::snapstream`]), whose
@@ -46,10 +53,12 @@ use warden_protocol::FrameCodec;
 use super::peer_auth::{self, Refusal};
 use super::peer_link::{self, Link, CONNECT_TIMEOUT};
 use super::snapstream::{self, Descriptor, Offered, Outcome, Received, SendJob};
+use crate::accept_errors::AcceptErrors;
+use crate::limits::{self, Full, IpPermit, SourceCounts, PEER_HANDSHAKE_TIMEOUT};
 use crate::opmetrics::OpMetrics;
 use crate::proto::{peer_frame, PeerFrame};
 use crate::tls::peer_id::member_id_of_chain;
-use crate::tls::{PeerTls, Stream, Tls, HANDSHAKE_TIMEOUT};
+use crate::tls::{PeerTls, Stream, Tls};
 
 /// How links between peers are secured.
 #[derive(Clone)]
@@ -76,8 +85,8 @@ impl PeerLinks {
     }
 }
 
-/// Largest frame between servers (an old-style snapshot was one frame).
-pub const PEER_FRAME_BYTES_MAX: usize = 1024 * 1024 * 1024;
+/// Largest frame between servers (its reason is with the other bounds).
+pub use crate::limits::PEER_FRAME_BYTES_MAX;
 /// Frames queued for one peer before new ones are dropped. Raft needs few:
 /// at most `max_inflight_msgs` appends, plus heartbeats and answers; a deep
 /// queue only holds stale frames that delay the fresh ones behind them.
@@ -112,6 +121,9 @@ pub(crate) fn codec() -> PeerCodec {
 pub struct Transport {
     me: u64,
     runtime: Handle,
+    /// Where the TLS handshakes of outbound links and snapshot transfers
+    /// run: off the core's thread (see [`Self::set_handshake_runtime`]).
+    handshakes: Handle,
     links: PeerLinks,
     peers: HashMap<u64, Peer>,
     stop: CancellationToken,
@@ -157,6 +169,7 @@ impl Transport {
     pub fn new(me: u64, runtime: Handle, links: PeerLinks) -> Self {
         Self {
             me,
+            handshakes: runtime.clone(),
             runtime,
             links,
             peers: HashMap::new(),
@@ -173,6 +186,15 @@ impl Transport {
                 }
             },
         }
+    }
+
+    /// Runs the TLS handshakes of outbound links and snapshot transfers on
+    /// `handshakes` (the server's runtime), so that a slow or stalled peer
+    /// handshake costs the core's thread nothing; the finished link is
+    /// moved back to the core's runtime. Until this is called they run on
+    /// the core's runtime. Call before adding peers.
+    pub fn set_handshake_runtime(&mut self, handshakes: Handle) {
+        self.handshakes = handshakes;
     }
 
     /// Counts refused peers in `metrics` (the server's; a fresh set until
@@ -231,13 +253,14 @@ impl Transport {
         let addr = peer.addr.clone();
         let links = self.links.clone();
         let metrics = self.metrics.clone();
+        let handshakes = self.handshakes.clone();
         let done = sends.done_tx.clone();
         let span = tracing::info_span!("snapshot_send", to, index);
         self.runtime.spawn(
             async move {
                 let started = std::time::Instant::now();
                 let transfer = async {
-                    let stream = dial(to, &addr, &links, &cancel, &metrics).await?;
+                    let stream = dial(to, &addr, &links, &cancel, &metrics, &handshakes).await?;
                     snapstream::send(stream, job).await
                 };
                 let result = tokio::select! {
@@ -299,6 +322,7 @@ impl Transport {
                 stop.clone(),
                 self.links.clone(),
                 self.metrics.clone(),
+                self.handshakes.clone(),
             )
             .instrument(span),
         );
@@ -376,6 +400,7 @@ async fn dial(
     links: &PeerLinks,
     stop: &CancellationToken,
     metrics: &OpMetrics,
+    handshakes: &Handle,
 ) -> Result<Stream, String> {
     let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
         .await
@@ -384,10 +409,43 @@ async fn dial(
     let _ = tcp.set_nodelay(true);
     match links {
         PeerLinks::Plain => Ok(Stream::from(tcp)),
-        PeerLinks::Tls(tls) => tls_connect(tls, to, addr, tcp, stop, metrics)
+        PeerLinks::Tls(tls) => tls_connect_aside(tls, to, addr, tcp, stop, metrics, handshakes)
             .await
             .ok_or_else(|| format!("TLS with {addr} failed (logged)")),
         PeerLinks::Refused => Err("TLS is on without --tls-ca or --peer-tls-ca".into()),
+    }
+}
+
+/// [`tls_connect`] run on `handshakes` (not the runtime awaiting it: the
+/// core's), the link moved back to the awaiting runtime when done.
+pub(super) async fn tls_connect_aside(
+    tls: &PeerTls,
+    to: u64,
+    addr: &str,
+    tcp: TcpStream,
+    stop: &CancellationToken,
+    metrics: &OpMetrics,
+    handshakes: &Handle,
+) -> Option<Stream> {
+    let tcp = match tcp.into_std() {
+        Ok(tcp) => tcp,
+        Err(e) => {
+            debug!(error = %e, "peer connection lost before its handshake");
+            return None;
+        }
+    };
+    let (tls, name, stop, metrics) = (tls.clone(), addr.to_string(), stop.clone(), metrics.clone());
+    let handshake = handshakes.spawn(async move {
+        let tcp = TcpStream::from_std(tcp).ok()?;
+        tls_connect(&tls, to, &name, tcp, &stop, &metrics).await
+    });
+    let stream = handshake.await.ok().flatten()?;
+    match rehome(stream) {
+        Ok(stream) => Some(stream),
+        Err(e) => {
+            debug!(error = %e, "peer connection lost after its handshake");
+            None
+        }
     }
 }
 
@@ -417,7 +475,7 @@ pub(super) async fn tls_connect(
             return None;
         }
     };
-    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.connector.connect(name, tcp));
+    let handshake = tokio::time::timeout(PEER_HANDSHAKE_TIMEOUT, tls.connector.connect(name, tcp));
     let done = tokio::select! {
         _ = stop.cancelled() => return None,
         done = handshake => done,
@@ -444,54 +502,128 @@ pub(super) async fn tls_connect(
 
 /// Accepts peer connections and forwards every frame to `deliver`;
 /// refusals are counted in `metrics`.
+///
+/// This loop, and each connection's TLS handshake and certificate check,
+/// run where it is spawned (the server's runtime, not the core's): a
+/// stalled, slow or hostile handshake costs the core neither time nor
+/// CPU. A connection whose peer proved itself (or any, on plain TCP) is
+/// then moved to `core`, the core's runtime, where its frames are read,
+/// so that a frame wakes the core without another thread in between.
+///
+/// Inbound connections are capped per source address and in all
+/// ([`limits::PEER_CONNECTIONS_PER_SOURCE_MAX`],
+/// [`limits::PEER_CONNECTIONS_MAX`]); one past a cap is closed at once.
 pub async fn listen(
     listener: TcpListener,
     deliver: mpsc::Sender<PeerEvent>,
     stop: CancellationToken,
     links: PeerLinks,
     metrics: OpMetrics,
+    core: Handle,
 ) {
+    let counts = SourceCounts::default();
+    let mut accept_errors = AcceptErrors::new("peer");
     loop {
         let accepted = tokio::select! {
             _ = stop.cancelled() => return,
             a = listener.accept() => a,
         };
-        match accepted {
-            Ok((stream, peer)) => {
-                tokio::spawn(inbound(
-                    stream,
-                    peer,
-                    deliver.clone(),
-                    stop.clone(),
-                    links.clone(),
-                    metrics.clone(),
-                ));
+        let (stream, peer) = match accepted {
+            Ok(a) => {
+                accept_errors.accepted();
+                a
             }
-            Err(e) => warn!(error = %e, "peer accept failed"),
+            Err(e) => {
+                accept_errors.failed(&e).await;
+                continue;
+            }
+        };
+        let permit = match counts.admit(
+            peer.ip(),
+            limits::PEER_CONNECTIONS_PER_SOURCE_MAX,
+            limits::PEER_CONNECTIONS_MAX,
+        ) {
+            Ok(permit) => permit,
+            Err(full) => {
+                let what = match full {
+                    Full::Source(n) => format!(
+                        "a connection from {} which already holds {n} (at most {} per source \
+                         address); closed",
+                        peer.ip(),
+                        limits::PEER_CONNECTIONS_PER_SOURCE_MAX
+                    ),
+                    Full::Total(n) => format!(
+                        "a connection while {n} are open (at most {} in all); closed",
+                        limits::PEER_CONNECTIONS_MAX
+                    ),
+                };
+                peer_auth::refused(&metrics, Refusal::Connections, Some(peer), &what);
+                continue;
+            }
+        };
+        tokio::spawn(inbound(
+            stream,
+            peer,
+            permit,
+            deliver.clone(),
+            stop.clone(),
+            links.clone(),
+            metrics.clone(),
+            core.clone(),
+        ));
+    }
+}
+
+/// Moves `stream`'s socket to the runtime this is called in (its reads
+/// and writes then wake that runtime's tasks directly). A TLS stream
+/// keeps its session: its socket is duplicated and the copy registered
+/// here, the original closed.
+pub(super) fn rehome(stream: Stream) -> std::io::Result<Stream> {
+    match stream {
+        Stream::Plain(tcp) => Ok(Stream::Plain(TcpStream::from_std(tcp.into_std()?)?)),
+        Stream::Tls(mut tls) => {
+            use std::os::fd::AsFd as _;
+            let (tcp, _) = tls.get_mut();
+            let copy = tcp.as_fd().try_clone_to_owned()?;
+            let here = TcpStream::from_std(std::net::TcpStream::from(copy))?;
+            drop(std::mem::replace(tcp, here));
+            Ok(Stream::Tls(tls))
         }
     }
 }
 
+/// The server side of an inbound peer connection: the handshake (with
+/// TLS) here, then its frames read on the core's runtime.
+#[allow(clippy::too_many_arguments)]
 async fn inbound(
     tcp: TcpStream,
     peer: SocketAddr,
+    permit: IpPermit,
     deliver: mpsc::Sender<PeerEvent>,
     stop: CancellationToken,
     links: PeerLinks,
     metrics: OpMetrics,
+    core: Handle,
 ) {
     let _ = tcp.set_nodelay(true);
     // With TLS, the member this link speaks for, proven by its certificate.
     let (stream, bound) = match links {
         PeerLinks::Plain => (Stream::from(tcp), None),
         PeerLinks::Tls(tls) => {
+            let handshake = tokio::time::timeout(
+                PEER_HANDSHAKE_TIMEOUT,
+                crate::tls::accept(&tls.acceptor, tcp),
+            );
             let accepted = tokio::select! {
                 _ = stop.cancelled() => return,
-                a = crate::tls::accept(&tls.acceptor, tcp) => a,
+                a = handshake => a,
             };
             let a = match accepted {
-                Ok(a) => a,
-                Err(refused) => return crate::tls::log_refused("peer", peer, &refused),
+                Ok(Ok(a)) => a,
+                Ok(Err(refused)) => return crate::tls::log_refused("peer", peer, &refused),
+                Err(_) => {
+                    return crate::tls::log_refused("peer", peer, &crate::tls::Refused::Timeout)
+                }
             };
             let subject = a.subject.as_deref().unwrap_or("");
             match member_id_of_chain(a.leaf.as_ref().map(std::slice::from_ref)) {
@@ -510,6 +642,28 @@ async fn inbound(
             return;
         }
     };
+    core.spawn(async move {
+        let _permit = permit;
+        let stream = match rehome(stream) {
+            Ok(s) => s,
+            Err(e) => {
+                return warn!(%peer, error = %e, "peer connection lost while moving it to the core")
+            }
+        };
+        frames(stream, peer, bound, deliver, stop, metrics).await;
+    });
+}
+
+/// Reads an inbound link's frames and hands them to the core; `bound`:
+/// the member its certificate proved, if any.
+async fn frames(
+    stream: Stream,
+    peer: SocketAddr,
+    bound: Option<u64>,
+    deliver: mpsc::Sender<PeerEvent>,
+    stop: CancellationToken,
+    metrics: OpMetrics,
+) {
     let mut frames = Framed::new(stream, codec());
     // Who sends on this connection (the member it is bound to, else the
     // first frame says; the core drops frames from non-members).
@@ -542,7 +696,8 @@ async fn inbound(
                 }
             }
             Some(Err(e)) => {
-                warn!(%peer, error = %e, "bad frame from peer; dropping the connection");
+                let what = format!("bad frame from peer; dropping the connection: {e}");
+                peer_auth::refused(&metrics, Refusal::Frame, Some(peer), &what);
                 break;
             }
             None => break,

@@ -30,7 +30,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::debug;
 
 use crate::authority::{Action, Authority, Caller, Door};
 use crate::core::CoreMsg;
@@ -60,15 +60,19 @@ pub async fn listen(
     limiter: Limiter,
     access: Access,
 ) {
+    let mut accept_errors = crate::accept_errors::AcceptErrors::new("zookeeper");
     loop {
         let accepted = tokio::select! {
             _ = stop.cancelled() => return,
             a = listener.accept() => a,
         };
         let (tcp, peer) = match accepted {
-            Ok(a) => a,
+            Ok(a) => {
+                accept_errors.accepted();
+                a
+            }
             Err(e) => {
-                warn!(error = %e, "zk accept failed");
+                accept_errors.failed(&e).await;
                 continue;
             }
         };

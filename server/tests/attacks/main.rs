@@ -8,6 +8,7 @@
 //! One binary for all of them (one link in CI); one module per boundary.
 
 mod authority;
+mod floods;
 mod gateway;
 mod peers;
 mod quorum;
