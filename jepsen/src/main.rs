@@ -136,6 +136,13 @@ struct TestArgs {
     /// be caught).
     #[arg(long)]
     unsafe_skip_fsync: bool,
+    /// Start the servers in a known-bad mode: a TTL or container removal
+    /// in flight is kept across role changes, so one lost with a
+    /// leadership is never proposed again when that server leads once
+    /// more (a lease outlives its TTL under --nemesis isolate-after-expiry;
+    /// must be caught).
+    #[arg(long)]
+    unsafe_keep_removals_across_roles: bool,
     /// Use the lock workload's deliberately unsafe client (must be caught).
     #[arg(long)]
     unsafe_client: bool,
@@ -240,6 +247,7 @@ fn test_opts(args: TestArgs) -> Result<TestOpts, String> {
         unsafe_client: args.unsafe_client || args.unsafe_resource,
         unsafe_server: args.unsafe_server,
         unsafe_skip_fsync: args.unsafe_skip_fsync,
+        unsafe_keep_removals: args.unsafe_keep_removals_across_roles,
     })
 }
 
@@ -345,6 +353,7 @@ async fn selftest_main(args: SelftestArgs) -> i32 {
             unsafe_client: true,
             unsafe_server: false,
             unsafe_skip_fsync: false,
+            unsafe_keep_removals: false,
         })
     })() {
         Ok(o) => o,
@@ -356,6 +365,7 @@ async fn selftest_main(args: SelftestArgs) -> i32 {
     cases.push(selftest::unsafe_lock_case(&opts).await);
     cases.push(selftest::unsafe_server_case(&opts).await);
     cases.push(selftest::unsafe_skip_fsync_case(&opts).await);
+    cases.push(selftest::unsafe_keep_removals_case(&opts).await);
     let mut missed = 0;
     for case in &cases {
         let mark = if case.caught { "caught" } else { "MISSED" };

@@ -163,6 +163,9 @@ pub struct TestOpts {
     /// Servers that never fsync their Raft log (`--unsafe-skip-fsync`), for
     /// the selftest.
     pub unsafe_skip_fsync: bool,
+    /// Servers that keep TTL and container removals in flight across role
+    /// changes (`--unsafe-keep-removals-across-roles`), for the selftest.
+    pub unsafe_keep_removals: bool,
 }
 
 impl TestOpts {
@@ -177,7 +180,7 @@ impl TestOpts {
         format!(
             "warden-jepsen test --workload {} --nemesis {} --nodes {} --time-limit {} \
              --concurrency {} --rate {} --seed {} --nemesis-interval {} --fault-duration {} \
-             --session-timeout-ms {} --request-timeout-ms {} --tick-ms {} --snapshot-entries {}{}{}{}{}",
+             --session-timeout-ms {} --request-timeout-ms {} --tick-ms {} --snapshot-entries {}{}{}{}{}{}",
             self.workload.name(),
             if faults.is_empty() {
                 "none".to_string()
@@ -203,6 +206,11 @@ impl TestOpts {
             },
             if self.unsafe_skip_fsync {
                 " --unsafe-skip-fsync"
+            } else {
+                ""
+            },
+            if self.unsafe_keep_removals {
+                " --unsafe-keep-removals-across-roles"
             } else {
                 ""
             },
@@ -280,6 +288,7 @@ pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
         snapshot_entries: opts.snapshot_entries,
         unsafe_server: opts.unsafe_server,
         unsafe_skip_fsync: opts.unsafe_skip_fsync,
+        unsafe_keep_removals: opts.unsafe_keep_removals,
         faultfs: opts.faults.contains(&Fault::LoseUnsynced),
     })
     .await

@@ -601,8 +601,7 @@ async fn start(
             Undo::ClockReset(NodeSet::of(&jumped))
         }
         Fault::IsolateAfterExpiry => {
-            let inv = history.invoke(Process::NEMESIS, "isolate-after-expiry", Value::Null);
-            let value = expiry::isolate_after_expiry(c).await;
+            let (inv, value) = expiry::isolate_after_expiry(c, history).await;
             history.ok(&inv, value);
             Undo::ExpiryHeal
         }
