@@ -69,11 +69,15 @@ const STATUS_POLL: Duration = Duration::from_millis(20);
 const STATUS_BOUND: Duration = Duration::from_secs(1);
 
 /// Delays the leader's links to the others and waits (at most
-/// [`EXPIRY_WATCH`]) for it to log a removal proposal, then black-holes
-/// every link to and from it; when it logged one, moves leadership until
-/// that server leads again. Records the fault's invocation in `history`;
-/// returns it and the history value.
-pub async fn isolate_after_expiry(c: &mut Cluster, history: &History) -> (Invocation, Value) {
+/// [`EXPIRY_WATCH`], and not past `deadline`) for it to log a removal
+/// proposal, then black-holes every link to and from it; when it logged
+/// one, moves leadership until that server leads again. Records the
+/// fault's invocation in `history`; returns it and the history value.
+pub async fn isolate_after_expiry(
+    c: &mut Cluster,
+    history: &History,
+    deadline: Instant,
+) -> (Invocation, Value) {
     let Some(leader) = c.leader().await else {
         let inv = history.invoke(Process::NEMESIS, "isolate-after-expiry", Value::Null);
         return (
@@ -99,7 +103,7 @@ pub async fn isolate_after_expiry(c: &mut Cluster, history: &History) -> (Invoca
     c.net.set(&outbound, Mode::Delay(delay_ms));
     let log = c.node(leader).log_path.clone();
     let mut from = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
-    let until = Instant::now() + EXPIRY_WATCH;
+    let until = (Instant::now() + EXPIRY_WATCH).min(deadline);
     let mut path = None;
     while path.is_none() && Instant::now() < until {
         tokio::time::sleep(POLL).await;
