@@ -98,7 +98,8 @@ struct TestArgs {
     /// membership, restart-all, corrupt, clock, lose-unsynced, one-way-cut
     /// (the clients' server hears no member), one-way-kill (that cut, then
     /// the leader killed), isolate-after-expiry (the leader cut off just
-    /// after it proposed a TTL removal) (or none);
+    /// after it proposed a TTL removal, then leadership moved until it
+    /// leads again) (or none);
     /// with --workload election also kill-client and pause-client (the
     /// leading candidate's process killed, or stopped past its session).
     #[arg(long, default_value = "kill,partition")]
