@@ -45,6 +45,11 @@ pub struct ClusterOpts {
     /// Start the servers in the known-bad `--unsafe-skip-fsync` mode (the
     /// Raft log never fsynced), for the selftest.
     pub unsafe_skip_fsync: bool,
+    /// Start the servers in the known-bad
+    /// `--unsafe-keep-removals-across-roles` mode (a TTL or container
+    /// removal lost with a leadership is never proposed again by that
+    /// server), for the selftest.
+    pub unsafe_keep_removals: bool,
     /// Keep each node's data dir on a [`crate::faultfs`] layer (over
     /// `node-<id>.disk/`), so that [`Cluster::lose_unsynced`] can drop what
     /// it did not fsync: for the `lose-unsynced` nemesis.
@@ -279,6 +284,9 @@ impl Cluster {
         if opts.unsafe_skip_fsync {
             cmd.arg("--unsafe-skip-fsync");
         }
+        if opts.unsafe_keep_removals {
+            cmd.arg("--unsafe-keep-removals-across-roles");
+        }
         let child = cmd.spawn().map_err(|e| ClusterError::Node {
             id,
             message: format!("cannot start {}: {e}", opts.bin.display()),
@@ -384,6 +392,23 @@ impl Cluster {
         };
         match tokio::time::timeout(ADMIN_TIMEOUT, work).await {
             Ok(Ok(s)) => Ok(s),
+            Ok(Err(e)) => Err(ClusterError::Other(e.to_string())),
+            Err(_) => Err(ClusterError::Other("timed out".into())),
+        }
+    }
+
+    /// Whether `path` exists, read linearizably at node `id` (a short-lived
+    /// session there).
+    pub async fn exists_on(&self, id: u64, path: &str) -> Result<bool> {
+        let addr = self.node(id).client_proxy.to_string();
+        let work = async {
+            let c = admin_client(&addr).await?;
+            let s = c.exists_linearizable(path).await;
+            let _ = c.close().await;
+            s
+        };
+        match tokio::time::timeout(ADMIN_TIMEOUT, work).await {
+            Ok(Ok(s)) => Ok(s.is_some()),
             Ok(Err(e)) => Err(ClusterError::Other(e.to_string())),
             Err(_) => Err(ClusterError::Other("timed out".into())),
         }

@@ -46,12 +46,46 @@ pub async fn get_json(addr: &str, path: &str, bound: Duration) -> Reply {
     exchange(addr, request, bound).await
 }
 
+/// GETs `http://addr{path}` and returns the body as text: `None` unless
+/// the answer, within `bound`, was a 200.
+pub async fn get_text(addr: &str, path: &str, bound: Duration) -> Option<String> {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    match exchange_raw(addr, request, bound).await {
+        Ok((200, body)) => String::from_utf8(body).ok(),
+        _ => None,
+    }
+}
+
 /// Sends `request` on a new connection and reads the answer.
 async fn exchange(addr: &str, request: String, bound: Duration) -> Reply {
+    match exchange_raw(addr, request, bound).await {
+        Ok((status, body)) => Reply::Answer {
+            status,
+            body: json_body(&body),
+        },
+        Err(reply) => reply,
+    }
+}
+
+/// A body as JSON (`Null` if empty or not JSON).
+fn json_body(body: &[u8]) -> Value {
+    if body.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(body).unwrap_or(Value::Null)
+    }
+}
+
+/// [`exchange`] with the body as bytes; `Err` is the `Reply` of a failure.
+async fn exchange_raw(
+    addr: &str,
+    request: String,
+    bound: Duration,
+) -> Result<(u16, Vec<u8>), Reply> {
     let connected = match tokio::time::timeout(bound, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Reply::NotSent(format!("connect {addr}: {e}")),
-        Err(_) => return Reply::NotSent(format!("connect {addr}: timed out")),
+        Ok(Err(e)) => return Err(Reply::NotSent(format!("connect {addr}: {e}"))),
+        Err(_) => return Err(Reply::NotSent(format!("connect {addr}: timed out"))),
     };
     let talk = async move {
         let mut stream = connected;
@@ -72,14 +106,14 @@ async fn exchange(addr: &str, request: String, bound: Duration) -> Reply {
                     }
                     // Done as soon as the answer is complete (a server may
                     // keep the connection open a moment after it).
-                    if let Ok(Some(_)) = parse(&answer, false) {
+                    if let Ok(Some(_)) = parse_raw(&answer, false) {
                         break;
                     }
                 }
                 Err(e) => return Err(format!("reading from {addr}: {e}")),
             }
         }
-        match parse(&answer, true) {
+        match parse_raw(&answer, true) {
             Ok(Some(reply)) => Ok(reply),
             Ok(None) if answer.is_empty() => Err(format!("{addr} closed without answering")),
             Ok(None) => Err(format!(
@@ -90,19 +124,25 @@ async fn exchange(addr: &str, request: String, bound: Duration) -> Reply {
         }
     };
     match tokio::time::timeout(bound, talk).await {
-        Ok(Ok((status, body))) => Reply::Answer { status, body },
-        Ok(Err(e)) => Reply::Lost(e),
-        Err(_) => Reply::Lost(format!(
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(e)) => Err(Reply::Lost(e)),
+        Err(_) => Err(Reply::Lost(format!(
             "no answer from {addr} within {} ms",
             bound.as_millis()
-        )),
+        ))),
     }
 }
 
 /// Parses an HTTP/1.1 answer: `Ok(None)` while incomplete. Bodies are
 /// delimited by Content-Length or chunked, or with neither by the end of
 /// the connection (`eof`: it has ended).
+#[cfg(test)]
 fn parse(bytes: &[u8], eof: bool) -> Result<Option<(u16, Value)>, String> {
+    Ok(parse_raw(bytes, eof)?.map(|(status, body)| (status, json_body(&body))))
+}
+
+/// [`parse`] with the body as bytes.
+fn parse_raw(bytes: &[u8], eof: bool) -> Result<Option<(u16, Vec<u8>)>, String> {
     let Some(head_end) = find(bytes, b"\r\n\r\n") else {
         return Ok(None);
     };
@@ -151,12 +191,7 @@ fn parse(bytes: &[u8], eof: bool) -> Result<Option<(u16, Value)>, String> {
     } else {
         return Ok(None);
     };
-    let value = if body.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&body).unwrap_or(Value::Null)
-    };
-    Ok(Some((status, value)))
+    Ok(Some((status, body)))
 }
 
 /// A chunked body, or `None` while incomplete.

@@ -98,7 +98,8 @@ struct TestArgs {
     /// membership, restart-all, corrupt, clock, lose-unsynced, one-way-cut
     /// (the clients' server hears no member), one-way-kill (that cut, then
     /// the leader killed), isolate-after-expiry (the leader cut off just
-    /// after it proposed a TTL removal) (or none);
+    /// after it proposed a TTL removal, then leadership moved until it
+    /// leads again) (or none);
     /// with --workload election also kill-client and pause-client (the
     /// leading candidate's process killed, or stopped past its session).
     #[arg(long, default_value = "kill,partition")]
@@ -136,6 +137,13 @@ struct TestArgs {
     /// be caught).
     #[arg(long)]
     unsafe_skip_fsync: bool,
+    /// Start the servers in a known-bad mode: a TTL or container removal
+    /// in flight is kept across role changes, so one lost with a
+    /// leadership is never proposed again when that server leads once
+    /// more (a lease outlives its TTL under --nemesis isolate-after-expiry;
+    /// must be caught).
+    #[arg(long)]
+    unsafe_keep_removals_across_roles: bool,
     /// Use the lock workload's deliberately unsafe client (must be caught).
     #[arg(long)]
     unsafe_client: bool,
@@ -240,6 +248,7 @@ fn test_opts(args: TestArgs) -> Result<TestOpts, String> {
         unsafe_client: args.unsafe_client || args.unsafe_resource,
         unsafe_server: args.unsafe_server,
         unsafe_skip_fsync: args.unsafe_skip_fsync,
+        unsafe_keep_removals: args.unsafe_keep_removals_across_roles,
     })
 }
 
@@ -345,6 +354,7 @@ async fn selftest_main(args: SelftestArgs) -> i32 {
             unsafe_client: true,
             unsafe_server: false,
             unsafe_skip_fsync: false,
+            unsafe_keep_removals: false,
         })
     })() {
         Ok(o) => o,
@@ -356,6 +366,7 @@ async fn selftest_main(args: SelftestArgs) -> i32 {
     cases.push(selftest::unsafe_lock_case(&opts).await);
     cases.push(selftest::unsafe_server_case(&opts).await);
     cases.push(selftest::unsafe_skip_fsync_case(&opts).await);
+    cases.push(selftest::unsafe_keep_removals_case(&opts).await);
     let mut missed = 0;
     for case in &cases {
         let mark = if case.caught { "caught" } else { "MISSED" };

@@ -18,6 +18,10 @@
 //! - `BlackHole`: connections stay open and bytes vanish (what a silent
 //!   network failure looks like: only timeouts tell). When the link heals,
 //!   black-holed connections are closed, since their streams lost bytes.
+//! - `Delay(ms)`: what `from` sends arrives that many milliseconds late,
+//!   in order (the other direction of the connection is not delayed); a
+//!   link that then turns `BlackHole` loses what was still on its way, as
+//!   a link that fails does.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -43,6 +47,8 @@ pub enum Mode {
     Pass,
     Drop,
     BlackHole,
+    /// Milliseconds.
+    Delay(u64),
 }
 
 /// The harness's network of proxies (cheap to clone).
@@ -227,7 +233,7 @@ impl Net {
                     .await;
                 return;
             }
-            Mode::Pass => {}
+            Mode::Pass | Mode::Delay(_) => {}
         }
         let Ok(mut outbound) = TcpStream::connect(upstream).await else {
             return;
@@ -236,7 +242,15 @@ impl Net {
         let _counted = (from == Endpoint::Client).then(|| ClientCount::open(&self.inner, to));
         let mut a = vec![0u8; 64 * 1024];
         let mut b = vec![0u8; 64 * 1024];
+        // With `Delay`: what `from` sent, and when it is due.
+        let mut late: std::collections::VecDeque<(tokio::time::Instant, Vec<u8>)> =
+            std::collections::VecDeque::new();
+        let mut delay = match self.mode(from, to) {
+            Mode::Delay(ms) => Some(std::time::Duration::from_millis(ms)),
+            _ => None,
+        };
         loop {
+            let due = late.front().map(|(at, _)| *at);
             tokio::select! {
                 _ = self.inner.stop.cancelled() => return,
                 changed = generation.changed() => {
@@ -244,18 +258,52 @@ impl Net {
                         return;
                     }
                     match self.mode(from, to) {
-                        Mode::Pass => {}
+                        Mode::Pass => delay = None,
+                        Mode::Delay(ms) => delay = Some(std::time::Duration::from_millis(ms)),
                         Mode::Drop => return,
                         Mode::BlackHole => {
+                            // What was still on its way is lost.
                             self.black_hole(&mut inbound, Some(&mut outbound), from, to, &mut generation).await;
+                            return;
+                        }
+                    }
+                    if delay.is_none() {
+                        while let Some((_, bytes)) = late.pop_front() {
+                            if outbound.write_all(&bytes).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+                _ = async {
+                    match due {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    let now = tokio::time::Instant::now();
+                    while late.front().is_some_and(|(at, _)| *at <= now) {
+                        let (_, bytes) = late.pop_front().expect("front");
+                        if outbound.write_all(&bytes).await.is_err() {
                             return;
                         }
                     }
                 }
                 n = inbound.read(&mut a) => {
                     match n {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => if outbound.write_all(&a[..n]).await.is_err() { return },
+                        Ok(0) | Err(_) => {
+                            // What was sent before the close still arrives.
+                            for (_, bytes) in late.drain(..) {
+                                if outbound.write_all(&bytes).await.is_err() {
+                                    break;
+                                }
+                            }
+                            return;
+                        }
+                        Ok(n) => match delay {
+                            Some(d) => late.push_back((tokio::time::Instant::now() + d, a[..n].to_vec())),
+                            None => if outbound.write_all(&a[..n]).await.is_err() { return },
+                        },
                     }
                 }
                 n = outbound.read(&mut b) => {
@@ -478,5 +526,44 @@ mod tests {
         net.set(&[(Endpoint::Node(7), 1)], Mode::Pass);
         net.set(&[(Endpoint::Client, 1)], Mode::Drop);
         assert_eq!(roundtrip(addr).await.unwrap(), b"ping");
+    }
+
+    #[tokio::test]
+    async fn a_delayed_link_holds_bytes_until_it_passes_and_loses_them_to_a_black_hole() {
+        let upstream = echo_server().await;
+        let net = Net::new();
+        let addr = net
+            .listen(1, false, upstream, "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let link = [(Endpoint::Client, 1)];
+        // Held (far longer than the read waits), then let go by `Pass`.
+        net.set(&link, Mode::Delay(600_000));
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 4];
+        let early = tokio::time::timeout(Duration::from_millis(300), s.read_exact(&mut buf)).await;
+        assert!(early.is_err(), "a delayed byte arrived early");
+        net.set(&link, Mode::Pass);
+        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut buf))
+            .await
+            .expect("released by Pass")
+            .unwrap();
+        assert_eq!(&buf, b"ping");
+        // Held, then the link fails: what was on its way is gone. (Each
+        // read that must come back empty also lets the proxy's task run:
+        // this test's runtime has one thread.)
+        net.set(&link, Mode::Delay(600_000));
+        s.write_all(b"pong").await.unwrap();
+        let held = tokio::time::timeout(Duration::from_millis(300), s.read_exact(&mut buf)).await;
+        assert!(held.is_err(), "a delayed byte arrived early");
+        net.set(&link, Mode::BlackHole);
+        let lost = tokio::time::timeout(Duration::from_millis(300), s.read_exact(&mut buf)).await;
+        assert!(lost.is_err(), "a byte came out of the black hole");
+        net.set(&link, Mode::Pass);
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("closed after the black hole");
+        assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
     }
 }

@@ -163,6 +163,9 @@ pub struct TestOpts {
     /// Servers that never fsync their Raft log (`--unsafe-skip-fsync`), for
     /// the selftest.
     pub unsafe_skip_fsync: bool,
+    /// Servers that keep TTL and container removals in flight across role
+    /// changes (`--unsafe-keep-removals-across-roles`), for the selftest.
+    pub unsafe_keep_removals: bool,
 }
 
 impl TestOpts {
@@ -177,7 +180,7 @@ impl TestOpts {
         format!(
             "warden-jepsen test --workload {} --nemesis {} --nodes {} --time-limit {} \
              --concurrency {} --rate {} --seed {} --nemesis-interval {} --fault-duration {} \
-             --session-timeout-ms {} --request-timeout-ms {} --tick-ms {} --snapshot-entries {}{}{}{}{}",
+             --session-timeout-ms {} --request-timeout-ms {} --tick-ms {} --snapshot-entries {}{}{}{}{}{}",
             self.workload.name(),
             if faults.is_empty() {
                 "none".to_string()
@@ -203,6 +206,11 @@ impl TestOpts {
             },
             if self.unsafe_skip_fsync {
                 " --unsafe-skip-fsync"
+            } else {
+                ""
+            },
+            if self.unsafe_keep_removals {
+                " --unsafe-keep-removals-across-roles"
             } else {
                 ""
             },
@@ -280,6 +288,7 @@ pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
         snapshot_entries: opts.snapshot_entries,
         unsafe_server: opts.unsafe_server,
         unsafe_skip_fsync: opts.unsafe_skip_fsync,
+        unsafe_keep_removals: opts.unsafe_keep_removals,
         faultfs: opts.faults.contains(&Fault::LoseUnsynced),
     })
     .await
@@ -325,6 +334,10 @@ pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
         let c = cluster.lock().await;
         let members = c.member_http_addrs().await;
         crate::convergence::check(&members, CONVERGENCE_TIMEOUT).await
+    };
+    let counters = {
+        let c = cluster.lock().await;
+        server_counters(&c.member_http_addrs().await).await
     };
     let crashed = {
         let mut c = cluster.lock().await;
@@ -460,6 +473,7 @@ pub async fn test(opts: &TestOpts) -> Result<Outcome, String> {
             crate::convergence::Verdict::Converged { zxid, digest } => json!({"converged": true, "zxid": zxid, "digest": digest}),
             _ => json!({"converged": false, "seen": convergence_seen}),
         },
+        "server_counters": counters,
         "anomalies": result.anomalies,
         "notes": result.notes,
         "stats": result.stats,
@@ -540,4 +554,63 @@ pub fn summarize(o: &Outcome) {
         r["valid"],
         o.dir.join("results.json").display()
     );
+}
+
+/// Server counters a run's report shows, per node (`GET /metrics` at the
+/// end of the run; a node restarted during the run counts from its
+/// restart): client writes recognised as copies of applied ones and
+/// answered from the first (`warden_duplicate_writes_total`), and writes
+/// refused as out of their session's order or from a connection it left
+/// (`warden_refused_writes_total`).
+pub const SERVER_COUNTERS: [&str; 2] = [
+    "warden_duplicate_writes_total",
+    "warden_refused_writes_total",
+];
+
+async fn server_counters(members: &[(u64, String)]) -> Value {
+    let mut out = serde_json::Map::new();
+    for (id, addr) in members {
+        let Some(text) =
+            crate::http::get_text(addr, "/metrics", std::time::Duration::from_secs(5)).await
+        else {
+            continue;
+        };
+        out.insert(id.to_string(), counters_in(&text));
+    }
+    Value::Object(out)
+}
+
+/// The [`SERVER_COUNTERS`] in a Prometheus text page (summed over labels).
+fn counters_in(text: &str) -> Value {
+    let mut node = serde_json::Map::new();
+    for name in SERVER_COUNTERS {
+        let sum: f64 = text
+            .lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with([' ', '{']))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        node.insert(name.to_string(), json!(sum as u64));
+    }
+    Value::Object(node)
+}
+
+#[cfg(test)]
+mod counter_tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_read_from_a_metrics_page() {
+        let page = "# HELP warden_duplicate_writes_total x\n\
+                    warden_duplicate_writes_total 12\n\
+                    warden_duplicate_writes_total_other 5\n\
+                    warden_refused_writes_total{door=\"zk\"} 2\n\
+                    warden_refused_writes_total{door=\"native\"} 1\n";
+        assert_eq!(
+            counters_in(page),
+            json!({"warden_duplicate_writes_total": 12, "warden_refused_writes_total": 3})
+        );
+    }
 }

@@ -287,7 +287,7 @@ async fn lane(
         tally.started += 1;
         *tally.by_kind.entry(fault.name().into()).or_default() += 1;
         let mut c = cluster.lock().await;
-        let undo = start(&mut c, &history, fault, &mut rng, &mut tally).await;
+        let undo = start(&mut c, &history, fault, &mut rng, &mut tally, deadline).await;
         drop(c);
         tokio::time::sleep(schedule.duration).await;
         let mut c = cluster.lock().await;
@@ -374,12 +374,15 @@ fn minority(nodes: &[u64], c: &Cluster) -> bool {
     nodes.len() <= (c.ids().len() - 1) / 2
 }
 
+/// Puts `fault` in force; `deadline` is the run's end (a fault that waits
+/// for its moment waits no longer).
 async fn start(
     c: &mut Cluster,
     history: &History,
     fault: Fault,
     rng: &mut StdRng,
     tally: &mut Tally,
+    deadline: Instant,
 ) -> Undo {
     match fault {
         Fault::Kill => {
@@ -601,8 +604,7 @@ async fn start(
             Undo::ClockReset(NodeSet::of(&jumped))
         }
         Fault::IsolateAfterExpiry => {
-            let inv = history.invoke(Process::NEMESIS, "isolate-after-expiry", Value::Null);
-            let value = expiry::isolate_after_expiry(c).await;
+            let (inv, value) = expiry::isolate_after_expiry(c, history, deadline).await;
             history.ok(&inv, value);
             Undo::ExpiryHeal
         }

@@ -23,7 +23,12 @@
 //! must be refused by the fence once the next holder wrote, its renew and
 //! release refused; and the overlap of its hold with the next grant is a
 //! note, not an anomaly, because the next grant came a TTL after its last
-//! successful acquire.
+//! successful acquire. Every other such holder (the first one included)
+//! is gone instead: a crashed client that never writes, renews or
+//! releases again (its worker goes on as a new process), so only the
+//! server's TTL expiry frees the lease, which is what `lease-outlived-ttl`
+//! judges (a zombie that comes back releases its lease itself, often
+//! before the server's expiry would).
 //!
 //! With `--unsafe-resource` the resource does not fence: it accepts every
 //! write, so the order of the tokens it accepted is the order the server's
@@ -80,8 +85,8 @@ const ZOMBIE_ODDS: u32 = 20;
 /// Least time from one zombie's end to the next zombie: each one stalls
 /// the lock for its TTL.
 const ZOMBIE_SPACING: Duration = Duration::from_secs(15);
-/// When the first zombie may start: early enough that a 30-second run has
-/// one or two.
+/// When the first zombie starts (the first grant from then on): early
+/// enough that a 30-second run has one or two.
 const ZOMBIE_FIRST: Duration = Duration::from_secs(5);
 /// How far past its TTL a zombie stalls, chosen at random in this range.
 const ZOMBIE_LATE_MS_MIN: u64 = 300;
@@ -104,6 +109,7 @@ pub async fn run(ctx: &RunCtx, unfenced: bool) -> Result<(), String> {
     let shared = Arc::new(Shared {
         fence: Fence::new(!unfenced),
         next_zombie: std::sync::Mutex::new(Instant::now() + ZOMBIE_FIRST),
+        zombies: std::sync::atomic::AtomicU64::new(0),
     });
     let mut workers = tokio::task::JoinSet::new();
     for worker in 0..ctx.concurrency.max(1) {
@@ -129,6 +135,8 @@ pub async fn run(ctx: &RunCtx, unfenced: bool) -> Result<(), String> {
 struct Shared {
     fence: Fence,
     next_zombie: std::sync::Mutex<Instant>,
+    /// Stalled holders so far: the even-numbered ones are gone for good.
+    zombies: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -141,6 +149,13 @@ impl Shared {
         }
         *next = now + ttl + Duration::from_millis(ZOMBIE_LATE_MS_MAX) + ZOMBIE_SPACING;
         true
+    }
+
+    /// Whether the stalled holder whose turn it is never comes back.
+    fn gone_turn(&self) -> bool {
+        self.zombies
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .is_multiple_of(2)
     }
 }
 
@@ -310,7 +325,22 @@ impl Worker {
     /// Write, hold (maybe renew and write again, or stall as a zombie),
     /// release.
     async fn hold(&mut self, client_id: &str, token: u64) {
-        let zombie = self.rng.random_ratio(1, ZOMBIE_ODDS) && self.shared.zombie_turn(self.ttl);
+        // The first grant past [`ZOMBIE_FIRST`] stalls for certain; later
+        // ones by the odds.
+        let odds = self
+            .shared
+            .zombies
+            .load(std::sync::atomic::Ordering::Relaxed)
+            == 0
+            || self.rng.random_ratio(1, ZOMBIE_ODDS);
+        let zombie = odds && self.shared.zombie_turn(self.ttl);
+        if zombie && self.shared.gone_turn() {
+            // Gone (a crashed client): the lease is the server's to
+            // expire; this worker carries on as a new process.
+            tracing::debug!(client_id, token, "holder gone for good");
+            self.moved_on();
+            return;
+        }
         if zombie {
             // Stalled past the TTL (a GC pause, a swapped-out process):
             // the lease lapses under it, and it carries on regardless.
