@@ -429,6 +429,14 @@ mod tests {
                 first: Box::new(kept)
             }
         );
+        // One whose answer does not decode is refused, naming the session.
+        snap.sessions[0].recent[0].response = vec![0xff, 0xff];
+        match DataTree::from_snapshot(&snap) {
+            Err(crate::tree::SnapshotError::Inconsistent(e)) => {
+                assert!(e.contains("session 0x5"), "{e}")
+            }
+            other => panic!("loaded: {other:?}"),
+        }
     }
 
     /// The state machine never calls up into the request layer or a door:
