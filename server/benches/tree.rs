@@ -4,7 +4,7 @@
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use std::hint::black_box;
 use warden_server::lockstats::{LockMetrics, LockObserver};
-use warden_server::proto::{txn::Kind, CreateTxn, DeleteTxn, SetDataTxn, Txn};
+use warden_server::proto::{txn::Kind, CreateSessionTxn, CreateTxn, DeleteTxn, SetDataTxn, Txn};
 use warden_server::tree::{DataTree, TxnResult};
 
 const NODES: u64 = 10_000;
@@ -64,6 +64,34 @@ fn creates(observed: bool) -> DataTree {
     t
 }
 
+/// 10k creates of one client session, each tagged with its xid (as the
+/// native door's writes are): every apply also records the write's
+/// outcome in the session, for a copy of it.
+fn session_creates() -> DataTree {
+    const SESSION: u64 = 7;
+    let mut t = DataTree::new();
+    t.apply(
+        1,
+        0,
+        &Txn {
+            kind: Some(Kind::CreateSession(CreateSessionTxn {
+                session_id: SESSION,
+                password: vec![0; 16],
+                timeout_ms: 10_000,
+            })),
+            ..Default::default()
+        },
+    );
+    t.apply(2, 0, &create("/bench".into()));
+    for i in 0..NODES {
+        let mut txn = create(format!("/bench/n{i}"));
+        txn.session_id = SESSION;
+        txn.xid = i + 1;
+        black_box(t.apply(i + 3, 0, &txn));
+    }
+    t
+}
+
 /// 10k contenders of one mutex (`_c_<id>-lock-<seq>`): each created
 /// behind the one before, then deleted in order (10k grants, hand-offs).
 fn contenders(observed: bool) -> DataTree {
@@ -110,6 +138,9 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("tree");
     g.throughput(Throughput::Elements(NODES));
     g.bench_function("apply 10k creates", |b| b.iter(|| black_box(populated())));
+    g.bench_function("apply 10k creates of a session (outcomes recorded)", |b| {
+        b.iter(|| black_box(session_creates()))
+    });
 
     let tree = populated();
     g.bench_function("apply 10k set_data", |b| {

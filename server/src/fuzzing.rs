@@ -234,7 +234,7 @@ fn serve(tree: &mut DataTree, watches: &mut WatchRegistry, op: Op, xid: u64) {
 fn apply(tree: &mut DataTree, txn: &Txn) {
     let zxid = tree.applied_index() + 1;
     let applied = tree.apply(zxid, 1_700_000_000_000, txn);
-    let _ = ops::write_response(applied.result, txn);
+    let _ = ops::write_answer(txn, zxid, &applied.result);
     if let Err(broken) = tree.check_invariants() {
         panic!("applying {txn:?} broke the tree: {broken}");
     }

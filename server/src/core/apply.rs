@@ -262,14 +262,8 @@ impl ReadyHandler for Machine {
                 if txn.seq != 0 {
                     self.clients.write_settled(conn, txn.epoch, txn.seq);
                 }
-                let frame = match applied.answer {
-                    Some(answer) => frames::of_response(answer),
-                    None => frames::response(
-                        txn.xid,
-                        zxid,
-                        crate::ops::write_response(applied.result.clone(), &txn),
-                    ),
-                };
+                let frame =
+                    frames::of_response(crate::ops::write_answer(&txn, zxid, &applied.result));
                 self.clients
                     .complete_write(conn, proposal.request_id, &self.tree, |xid| {
                         frames::with_xid(frame, xid)

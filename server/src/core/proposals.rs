@@ -310,7 +310,9 @@ impl Proposals {
                 (Waiter::Connect { .. }, Some(crate::proto::txn::Kind::CreateSession(cs))) => tree
                     .session(cs.session_id)
                     .map(|s| Settled::Session(cs.session_id, s.password.clone())),
-                (Waiter::Request { .. }, _) => tree.recorded_answer(&txn).map(Settled::Answer),
+                (Waiter::Request { .. }, _) => tree
+                    .recorded(&txn)
+                    .map(|r| Settled::Answer(crate::ops::recorded_answer(&txn, &r))),
                 _ => None,
             };
             if let Some(found) = found {

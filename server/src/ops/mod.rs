@@ -4,8 +4,9 @@
 //! local tree when its turn in the session's order comes.
 //!
 //! Nothing here touches Raft or a connection: [`plan`] is pure, [`read`]
-//! only reads the tree (and registers watches), [`write_response`] turns an
-//! applied result into the wire answer.
+//! only reads the tree (and registers watches), [`write_answer`] turns what
+//! a write did (the tree's result, or the outcome it recorded for a copy
+//! of the write) into the wire answer.
 
 pub mod acl;
 pub(crate) mod cluster;
@@ -24,7 +25,7 @@ use warden_protocol::{path, DATA_BYTES_MAX};
 
 use crate::limits::Limits;
 use crate::proto::{txn::Kind, AuthId, Txn};
-use crate::tree::{DataTree, TreeError, TxnResult};
+use crate::tree::{DataTree, Recorded, TreeError, TxnResult};
 use crate::watch::{ConnId, WatchRegistry};
 
 /// How a request is served.
@@ -253,8 +254,37 @@ pub fn response(xid: u64, zxid: u64, result: Result<Option<Res>, Failure>) -> pb
     }
 }
 
-/// Turns the applied result of `txn` into the wire answer.
-pub fn write_response(result: TxnResult, txn: &Txn) -> Result<Option<Res>, Failure> {
+/// The wire answer to the write `txn`, whose entry applied at `zxid` with
+/// `result`. A copy of a write the tree recognised is answered from what
+/// its first apply recorded, shaped as the first answer was.
+pub fn write_answer(txn: &Txn, zxid: u64, result: &TxnResult) -> pb::Response {
+    match result {
+        TxnResult::Duplicate { first } => recorded_answer(txn, first),
+        _ => response(txn.xid, zxid, write_response(result, txn)),
+    }
+}
+
+/// The wire answer to the write `txn` from what the tree recorded of its
+/// first apply (a copy of it, or a write whose entry a snapshot holds).
+pub fn recorded_answer(txn: &Txn, recorded: &Recorded) -> pb::Response {
+    match recorded {
+        Recorded::Outcome { zxid, result } => response(txn.xid, *zxid, write_response(result, txn)),
+        Recorded::Answer(bytes) => Recorded::old_answer(bytes).unwrap_or_else(|| {
+            // Checked when the snapshot was loaded; kept total all the same.
+            response(
+                txn.xid,
+                0,
+                Err(Failure::new(
+                    ErrorCode::RuntimeInconsistency,
+                    "the recorded answer of this write does not decode; its outcome is unknown",
+                )),
+            )
+        }),
+    }
+}
+
+/// Turns the applied result of `txn` into the wire answer's result.
+fn write_response(result: &TxnResult, txn: &Txn) -> Result<Option<Res>, Failure> {
     // A NoAuth from the tree names only the path: say which permission
     // was missing and who asked.
     let failure = |e: TreeError| {
@@ -278,21 +308,23 @@ pub fn write_response(result: TxnResult, txn: &Txn) -> Result<Option<Res>, Failu
     };
     match result {
         TxnResult::Create(r) => r
+            .as_ref()
             .map(|(path, stat)| {
                 Some(Res::Create(pb::CreateResponse {
-                    path,
-                    stat: Some(stat),
+                    path: path.clone(),
+                    stat: Some(*stat),
                 }))
             })
-            .map_err(failure),
-        TxnResult::Delete(r) => r.map(|()| None).map_err(failure),
+            .map_err(|e| failure(e.clone())),
+        TxnResult::Delete(r) => r.as_ref().map(|()| None).map_err(|e| failure(e.clone())),
         TxnResult::SetData(r) | TxnResult::SetAcl(r) => r
-            .map(|stat| Some(Res::Stat(pb::StatResponse { stat: Some(stat) })))
-            .map_err(failure),
+            .as_ref()
+            .map(|stat| Some(Res::Stat(pb::StatResponse { stat: Some(*stat) })))
+            .map_err(|e| failure(e.clone())),
         TxnResult::Multi(outcome) => multi::response(outcome, txn),
-        // Answered from the stored response by the tree, never here.
+        // Answered from its first apply's record by `write_answer`.
         TxnResult::Duplicate { .. } => Ok(None),
-        TxnResult::Stale { latest_xid } if txn.seq != 0 => Err(Failure::new(
+        &TxnResult::Stale { latest_xid } if txn.seq != 0 => Err(Failure::new(
             ErrorCode::SessionMoved,
             format!(
                 "write {} of this session's connection arrived after its write {latest_xid} \
@@ -301,7 +333,7 @@ pub fn write_response(result: TxnResult, txn: &Txn) -> Result<Option<Res>, Failu
                 txn.seq
             ),
         )),
-        TxnResult::Stale { latest_xid } => Err(Failure::new(
+        &TxnResult::Stale { latest_xid } => Err(Failure::new(
             ErrorCode::SessionMoved,
             format!(
                 "request {} of this session arrived after its later request {latest_xid} \
@@ -310,7 +342,7 @@ pub fn write_response(result: TxnResult, txn: &Txn) -> Result<Option<Res>, Failu
                 txn.xid
             ),
         )),
-        TxnResult::Moved { epoch } => Err(Failure::new(
+        &TxnResult::Moved { epoch } => Err(Failure::new(
             ErrorCode::SessionMoved,
             format!(
                 "the session was resumed on another connection (at zxid {epoch}) after this \
@@ -362,6 +394,9 @@ fn check_data(data: &[u8], null: bool, p: &str) -> Result<(), Failure> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod answers_tests;
 
 #[cfg(test)]
 mod tests {

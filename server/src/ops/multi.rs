@@ -53,7 +53,7 @@ pub(super) fn plan(r: pb::MultiRequest, session_id: u64, ids: &[AuthId]) -> Resu
 /// A multi's answer. On failure the response carries the failed op's code
 /// and a result per op (ZooKeeper's shape), so clients can tell which op
 /// failed.
-pub(super) fn response(outcome: MultiOutcome, txn: &Txn) -> Result<Option<Res>, Failure> {
+pub(super) fn response(outcome: &MultiOutcome, txn: &Txn) -> Result<Option<Res>, Failure> {
     let count = match &txn.kind {
         Some(Kind::Multi(m)) => m.ops.len(),
         _ => 0,
@@ -61,18 +61,18 @@ pub(super) fn response(outcome: MultiOutcome, txn: &Txn) -> Result<Option<Res>, 
     match outcome {
         MultiOutcome::Ok(ops) => {
             let results = ops
-                .into_iter()
+                .iter()
                 .map(|op| {
                     let result = match op {
                         OpOutcome::Create { path, stat } => {
                             Some(pb::multi_op_result::Result::Create(pb::CreateResponse {
-                                path,
-                                stat: Some(stat),
+                                path: path.clone(),
+                                stat: Some(*stat),
                             }))
                         }
                         OpOutcome::SetData { stat } => {
                             Some(pb::multi_op_result::Result::SetData(pb::StatResponse {
-                                stat: Some(stat),
+                                stat: Some(*stat),
                             }))
                         }
                         OpOutcome::Delete | OpOutcome::Check => None,
@@ -86,7 +86,7 @@ pub(super) fn response(outcome: MultiOutcome, txn: &Txn) -> Result<Option<Res>, 
                 .collect();
             Ok(Some(Res::Multi(pb::MultiResponse { results })))
         }
-        MultiOutcome::Failed { index, error } => {
+        &MultiOutcome::Failed { index, ref error } => {
             let detail = if error.code == ErrorCode::NoAuth {
                 let perm = super::acl::write_perm(txn, Some(index));
                 super::acl::no_auth(&error.path, perm, super::acl::txn_ids(txn)).message

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use super::node::{Node, SessionInfo};
 use super::DataTree;
-use crate::proto::{RecentResult, Snapshot, SnapshotMember, SnapshotNode, SnapshotSession};
+use crate::proto::{Snapshot, SnapshotMember, SnapshotNode, SnapshotSession};
 
 /// Bytes per chunk of [`FrozenTree::encode_chunks`] (a backup streamed
 /// over HTTP). Small: hyper's HTTP/1 writer takes body chunks into its own
@@ -217,10 +217,6 @@ fn snapshot_node(path: &str, n: &Node) -> SnapshotNode {
 }
 
 fn snapshot_session(id: u64, s: &SessionInfo) -> SnapshotSession {
-    let result = |(xid, response): (&u64, &Vec<u8>)| RecentResult {
-        xid: *xid,
-        response: response.clone(),
-    };
     SnapshotSession {
         session_id: id,
         password: s.password.clone(),
@@ -229,12 +225,17 @@ fn snapshot_session(id: u64, s: &SessionInfo) -> SnapshotSession {
             .writes
             .recent
             .iter()
-            .map(|(x, r)| result((x, r)))
+            .map(|(xid, r)| r.to_proto(*xid))
             .collect(),
         applied_xid: s.writes.applied_xid,
         epoch: s.writes.epoch,
         applied_seq: s.writes.applied_seq,
-        answers: s.writes.answers.iter().map(result).collect(),
+        answers: s
+            .writes
+            .answers
+            .iter()
+            .map(|(seq, r)| r.to_proto(*seq))
+            .collect(),
     }
 }
 

@@ -1,7 +1,8 @@
 //! The DataTree: Warden's deterministic state machine.
 //!
-//! It owns the znodes, the replicated session table (with each session's
-//! recent write answers, for retries) and the members' addresses, and
+//! It owns the znodes, the replicated session table (with what each
+//! session's recent writes did, for their copies) and the members'
+//! addresses, and
 //! changes only in [`DataTree::apply`] (a raft conf change is applied as a
 //! `MemberChangeTxn`). It must never read a clock, draw a random number or
 //! do I/O: every input (time, session ids, expiry decisions) travels inside
@@ -20,6 +21,7 @@
 //! tree.children(path) -> Option<(Vec<String>, Stat)>  // names, sorted
 //! tree.acl(path) -> Option<(Vec<Acl>, Stat)>
 //! tree.session(id) -> Option<&SessionInfo>
+//! tree.recorded(&txn) -> Option<Recorded>           // what a session's write did, if kept
 //! tree.sessions() -> impl Iterator<Item = (u64, &SessionInfo)>
 //! tree.ephemerals(session_id) -> Vec<String>       // sorted paths
 //! tree.node_count() -> usize
@@ -32,7 +34,10 @@
 //! ```
 //!
 //! Layout: `node.rs` holds one znode ([`Node`]), `txn.rs` is `apply` (with the
-//! undo log that makes a multi all-or-nothing), `frozen.rs` is the frozen
+//! undo log that makes a multi all-or-nothing), `writes.rs` judges a
+//! client write new, duplicate or out of order, `outcome.rs` is what the
+//! session records of a write (the tree's account, from which the request
+//! layer shapes the answer: the tree never calls up into it), `frozen.rs` is the frozen
 //! view snapshots are built from, `snapshot.rs` converts to and from the
 //! snapshot format, `invariants.rs` is the full consistency check the tests
 //! run after every step.
@@ -58,6 +63,7 @@ mod digest;
 mod frozen;
 mod invariants;
 mod node;
+mod outcome;
 pub mod quota;
 mod snapshot;
 mod txn;
@@ -88,6 +94,7 @@ use crate::proto::{GuardedDeleteTxn, MemberChangeTxn};
 pub use acl_table::SharedAcl;
 pub use frozen::{FrozenTree, STREAM_CHUNK};
 pub use node::{Node, SessionInfo, SERVER_XID_BIT};
+pub use outcome::Recorded;
 pub use snapshot::SnapshotError;
 pub use txn::{Applied, MultiOutcome, OpOutcome, TreeError, Trigger, TxnResult};
 

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use warden_protocol::{path, DATA_BYTES_MAX};
 
 use super::node::Node;
+use super::outcome::Recorded;
 use super::{DataTree, SessionInfo, ROOT};
 use crate::proto::{Snapshot, SnapshotNode};
 
@@ -87,12 +88,20 @@ impl DataTree {
             if s.session_id == 0 {
                 return Err(SnapshotError::ReservedSessionId);
             }
+            let records = |list: Vec<crate::proto::RecentResult>| {
+                list.into_iter()
+                    .map(Recorded::from_proto)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| {
+                        SnapshotError::Inconsistent(format!("session {:#x}: {e}", s.session_id))
+                    })
+            };
             let writes = super::writes::SessionWrites {
                 applied_xid: s.applied_xid,
-                recent: s.recent.into_iter().map(|r| (r.xid, r.response)).collect(),
+                recent: records(s.recent)?.into_iter().collect(),
                 epoch: s.epoch,
                 applied_seq: s.applied_seq,
-                answers: s.answers.into_iter().map(|r| (r.xid, r.response)).collect(),
+                answers: records(s.answers)?.into_iter().collect(),
             }
             .restored();
             let newest_answer = writes.answers.keys().next_back().copied().unwrap_or(0);

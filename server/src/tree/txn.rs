@@ -16,11 +16,11 @@
 
 use std::fmt;
 
-use prost::Message as _;
-use warden_protocol::pb::{self, Acl, ErrorCode, EventType, Stat};
+use warden_protocol::pb::{Acl, ErrorCode, EventType, Stat};
 use warden_protocol::{path, perms, DATA_BYTES_MAX};
 
 use super::node::Node;
+use super::outcome::Recorded;
 use super::writes::{SessionWrites, Verdict};
 use super::{DataTree, ROOT};
 use crate::proto::{
@@ -62,8 +62,8 @@ pub struct Trigger {
 }
 
 /// What applying one entry did: its result (for the waiting request, on the
-/// origin server) and the watch triggers it fired, in order (for every
-/// server's watch registry).
+/// origin server, whose door shapes the answer from it) and the watch
+/// triggers it fired, in order (for every server's watch registry).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Applied {
     pub result: TxnResult,
@@ -71,11 +71,6 @@ pub struct Applied {
     /// The ACL each deleted node had (path, ACL), in order: who may hear of
     /// a deletion through a recursive watch is judged by it.
     pub deleted_acls: Vec<(String, super::SharedAcl)>,
-    /// For a client write tagged with its session and xid: the wire answer
-    /// it gets, recorded in the session (replicated state: a retry of the
-    /// xid gets the same answer, on whichever server it lands). A retry
-    /// gets the recorded one.
-    pub answer: Option<pb::Response>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,10 +92,11 @@ pub enum TxnResult {
         deleted: bool,
     },
     /// The session already applied this write (same xid, or same epoch
-    /// and sequence): nothing changed; this is the answer it got then (an
-    /// encoded wire `Response`).
+    /// and sequence): nothing changed; `first` is what its first apply
+    /// did, as the session recorded it (replicated state: a copy gets the
+    /// same answer on whichever server it lands).
     Duplicate {
-        response: Vec<u8>,
+        first: Box<Recorded>,
     },
     /// The session already applied a later write (`latest_xid`: its xid,
     /// or its sequence on the connection): this one arrived out of order
@@ -252,20 +248,20 @@ impl DataTree {
         };
         match self.judge(txn) {
             Verdict::New => {}
-            Verdict::Duplicate(response) => {
+            Verdict::Duplicate(first) => {
                 self.applied_index = zxid;
-                let answer = pb::Response::decode(&response[..]).ok();
                 return Applied {
-                    result: TxnResult::Duplicate { response },
+                    result: TxnResult::Duplicate {
+                        first: Box::new(first),
+                    },
                     triggers: Vec::new(),
                     deleted_acls: Vec::new(),
-                    answer,
                 };
             }
             Verdict::Stale { latest } => {
-                return self.refused(zxid, txn, TxnResult::Stale { latest_xid: latest })
+                return self.refused(zxid, TxnResult::Stale { latest_xid: latest })
             }
-            Verdict::Moved { epoch } => return self.refused(zxid, txn, TxnResult::Moved { epoch }),
+            Verdict::Moved { epoch } => return self.refused(zxid, TxnResult::Moved { epoch }),
         }
         let result = match &txn.kind {
             None | Some(txn::Kind::Noop(_)) => TxnResult::Noop,
@@ -298,29 +294,22 @@ impl DataTree {
                 _ => None,
             })
             .collect();
-        let answer = self.record_answer(zxid, txn, &result);
+        self.record(zxid, txn, &result);
         Applied {
             result,
             triggers: ctx.triggers,
             deleted_acls,
-            answer,
         }
     }
 
     /// A client write the session's record refuses: nothing changes. It
-    /// is answered, not recorded: its retry is refused just the same.
-    fn refused(&mut self, zxid: u64, txn: &Txn, result: TxnResult) -> Applied {
+    /// is not recorded: its retry is refused just the same.
+    fn refused(&mut self, zxid: u64, result: TxnResult) -> Applied {
         self.applied_index = zxid;
-        let answer = Some(crate::ops::response(
-            txn.xid,
-            zxid,
-            crate::ops::write_response(result.clone(), txn),
-        ));
         Applied {
             result,
             triggers: Vec::new(),
             deleted_acls: Vec::new(),
-            answer,
         }
     }
 
@@ -336,32 +325,24 @@ impl DataTree {
         }
     }
 
-    /// The wire answer of a client write tagged with its identity (an xid
-    /// or a sequence), recorded in the session so that a copy of it gets
-    /// it again. Every replica records the same bytes, so this stays
+    /// Records what a client write tagged with its identity (an xid or a
+    /// sequence) did, in its session, so that a copy of it gets the same
+    /// answer. Every replica records the same outcome, so this stays
     /// deterministic.
-    fn record_answer(&mut self, zxid: u64, txn: &Txn, result: &TxnResult) -> Option<pb::Response> {
+    fn record(&mut self, zxid: u64, txn: &Txn, result: &TxnResult) {
         if txn.session_id == 0 || (txn.xid == 0 && txn.seq == 0) {
-            return None;
+            return;
         }
-        let answer = crate::ops::response(
-            txn.xid,
-            zxid,
-            crate::ops::write_response(result.clone(), txn),
-        );
         if let Some(s) = self.session_mut(txn.session_id) {
-            s.writes.applied(txn, answer.encode_to_vec());
+            s.writes.applied(txn, Recorded::of(zxid, result));
         }
-        Some(answer)
     }
 
-    /// The answer the session's write `txn` got, if it is kept (what a
-    /// copy of it is answered).
-    pub fn recorded_answer(&self, txn: &Txn) -> Option<pb::Response> {
+    /// What the session's write `txn` did, if it is kept (what a copy of
+    /// it is answered from).
+    pub fn recorded(&self, txn: &Txn) -> Option<Recorded> {
         let s = self.sessions.get(&txn.session_id)?;
-        s.writes
-            .answer_of(txn)
-            .and_then(|r| pb::Response::decode(r).ok())
+        s.writes.answer_of(txn).cloned()
     }
 
     /// Records a log entry that carries no `Txn` (an empty or configuration

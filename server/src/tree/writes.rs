@@ -31,6 +31,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::node::{RECENT_RESULTS_MAX, SERVER_XID_BIT};
+use super::outcome::Recorded;
 use crate::limits::SESSION_ANSWERS_MAX;
 use crate::proto::Txn;
 
@@ -39,17 +40,17 @@ use crate::proto::Txn;
 pub struct SessionWrites {
     /// Native xids: the highest applied (0: none).
     pub applied_xid: u64,
-    /// Native xids: the latest answers (xid, encoded response), oldest
+    /// Native xids: what the latest writes did (xid, record), oldest
     /// first, at most [`RECENT_RESULTS_MAX`], for a client's retries.
     /// Server-made xids (`SERVER_XID_BIT`) are kept here too.
-    pub recent: VecDeque<(u64, Vec<u8>)>,
+    pub recent: VecDeque<(u64, Recorded)>,
     /// The zxid at which the session was bound to its current connection.
     pub epoch: u64,
     /// The highest sequence applied in `epoch` (0: none).
     pub applied_seq: u64,
-    /// Answers of `epoch`'s writes not yet acknowledged by their server,
-    /// by sequence (encoded responses).
-    pub answers: BTreeMap<u64, Vec<u8>>,
+    /// What `epoch`'s writes not yet acknowledged by their server did,
+    /// by sequence.
+    pub answers: BTreeMap<u64, Recorded>,
 }
 
 /// What the tree makes of a client write before applying it.
@@ -57,8 +58,8 @@ pub struct SessionWrites {
 pub(super) enum Verdict {
     /// Not seen before: apply it.
     New,
-    /// Applied already: this is the answer it got (encoded).
-    Duplicate(Vec<u8>),
+    /// Applied already: this is what it did.
+    Duplicate(Recorded),
     /// Not applied, and never to be: a later write of the session applied
     /// first (`latest`: its xid or sequence). Also a copy of a write
     /// applied so long ago that its answer is no longer kept.
@@ -107,8 +108,8 @@ impl SessionWrites {
         Verdict::New
     }
 
-    /// `txn` (judged [`Verdict::New`]) applied and got `answer`.
-    pub(super) fn applied(&mut self, txn: &Txn, answer: Vec<u8>) {
+    /// `txn` (judged [`Verdict::New`]) applied and did `answer`.
+    pub(super) fn applied(&mut self, txn: &Txn, answer: Recorded) {
         if txn.seq != 0 {
             // The server no longer waits for what it acknowledged.
             let kept = self.answers.split_off(&(txn.acked_seq.saturating_add(1)));
@@ -144,18 +145,18 @@ impl SessionWrites {
         self.answers.clear();
     }
 
-    /// The answer a write already got, if it is kept.
-    pub(super) fn answer_of(&self, txn: &Txn) -> Option<&[u8]> {
+    /// What a write already did, if it is kept.
+    pub(super) fn answer_of(&self, txn: &Txn) -> Option<&Recorded> {
         if txn.seq != 0 {
             if txn.epoch != self.epoch {
                 return None;
             }
-            return self.answers.get(&txn.seq).map(Vec::as_slice);
+            return self.answers.get(&txn.seq);
         }
         self.recent
             .iter()
             .find(|(x, _)| *x == txn.xid && txn.xid != 0)
-            .map(|(_, a)| a.as_slice())
+            .map(|(_, a)| a)
     }
 
     /// The record restored from a snapshot (`applied_xid` 0 in one written

@@ -3,8 +3,6 @@
 //! a write out of its session's order is refused; a resume's bind starts
 //! a new epoch; snapshots keep the record.
 
-use warden_protocol::pb::{self, ErrorCode};
-
 use super::*;
 use crate::proto::{
     txn::Kind, BindSessionTxn, CreateSessionTxn, CreateTxn, RecentResult, SnapshotSession, Txn,
@@ -99,12 +97,26 @@ fn native_create(xid: u64, path: &str) -> Txn {
 }
 
 fn created_path(a: &Applied) -> String {
-    match &a.answer {
-        Some(pb::Response {
-            result: Some(pb::response::Result::Create(c)),
-            ..
-        }) => c.path.clone(),
-        other => panic!("not a create answer: {other:?} ({:?})", a.result),
+    let result = match &a.result {
+        TxnResult::Duplicate { first } => match first.as_ref() {
+            Recorded::Outcome { result, .. } => result,
+            other => panic!("not an outcome: {other:?}"),
+        },
+        result => result,
+    };
+    match result {
+        TxnResult::Create(Ok((path, _))) => path.clone(),
+        other => panic!("not a create: {other:?}"),
+    }
+}
+
+/// What a copy of the write that applied at `zxid` with `first` gets.
+fn duplicate_of(zxid: u64, first: &Applied) -> TxnResult {
+    TxnResult::Duplicate {
+        first: Box::new(Recorded::Outcome {
+            zxid,
+            result: first.result.clone(),
+        }),
     }
 }
 
@@ -119,6 +131,7 @@ fn a_write_proposed_again_after_many_later_writes_applies_once_with_its_first_an
     let mut log = Log::new();
     let epoch = log.epoch();
     let first = log.apply(&zk_create(epoch, 1, 0, b"w1"));
+    let first_zxid = log.zxid;
     assert!(matches!(first.result, TxnResult::Create(Ok(_))));
     // 200 later writes, none of them acknowledging the first.
     for seq in 2..=201 {
@@ -135,7 +148,11 @@ fn a_write_proposed_again_after_many_later_writes_applies_once_with_its_first_an
     );
     assert_eq!(log.copies(b"w1"), 1, "the copy applied a second time");
     assert_eq!(created_path(&again), created_path(&first));
-    assert_eq!(again.answer, first.answer, "the first apply's answer");
+    assert_eq!(
+        again.result,
+        duplicate_of(first_zxid, &first),
+        "what the first apply did"
+    );
     assert!(again.triggers.is_empty());
     let mut unchanged = before;
     unchanged.skip(log.zxid);
@@ -189,9 +206,6 @@ fn acknowledged_answers_are_forgotten_and_their_copies_still_refused() {
     for (seq, payload) in [(1, &b"a"[..]), (3, b"c")] {
         let a = log.apply(&zk_create(epoch, seq, 0, payload));
         assert_eq!(a.result, TxnResult::Stale { latest_xid: 4 }, "write {seq}");
-        let answer = a.answer.expect("answered");
-        assert_eq!(answer.error, ErrorCode::SessionMoved as i32);
-        assert!(answer.message.contains("not applied"), "{}", answer.message);
     }
     assert_eq!((log.copies(b"a"), log.copies(b"c")), (1, 0));
 }
@@ -275,6 +289,7 @@ fn snapshots_keep_the_record_and_old_ones_still_judge() {
     s.recent = vec![RecentResult {
         xid: 5,
         response: vec![],
+        outcome: None,
     }];
     let mut log3 = Log {
         tree: DataTree::from_snapshot(&old).unwrap(),
@@ -337,24 +352,38 @@ fn a_retried_write_gets_the_answer_its_first_apply_recorded() {
     let mut log = Log::new();
     let txn = native_create(4, "/once");
     let first = log.apply(&txn);
-    let answer = first.answer.expect("a tagged write is answered");
-    assert_eq!((answer.xid, answer.zxid), (4, log.zxid));
-    let retry = log.apply(&txn);
-    assert!(matches!(retry.result, TxnResult::Duplicate { .. }));
+    let first_zxid = log.zxid;
+    let recorded = log.tree.recorded(&txn).expect("a tagged write is recorded");
     assert_eq!(
-        retry.answer,
-        Some(answer),
-        "the retry's answer is the first one"
+        recorded,
+        Recorded::Outcome {
+            zxid: first_zxid,
+            result: first.result.clone()
+        }
     );
-    // Snapshots keep the recorded answers.
+    let retry = log.apply(&txn);
+    assert_eq!(
+        retry.result,
+        duplicate_of(first_zxid, &first),
+        "the retry gets what the first apply did"
+    );
+    // Snapshots keep the records.
     let restored = DataTree::from_snapshot(&log.tree.to_snapshot()).unwrap();
     assert_eq!(restored, log.tree);
-    // An untagged write records nothing.
+    assert_eq!(restored.recorded(&txn), Some(recorded));
+    // An untagged write of the session records nothing.
+    let recent = |log: &Log| log.tree.session(SESSION).unwrap().writes.recent.len();
+    let before = recent(&log);
     let untagged = Txn {
         kind: Some(Kind::Create(create("/untagged", false, b""))),
+        session_id: SESSION,
         ..Default::default()
     };
-    assert_eq!(log.apply(&untagged).answer, None);
+    assert!(matches!(
+        log.apply(&untagged).result,
+        TxnResult::Create(Ok(_))
+    ));
+    assert_eq!(recent(&log), before);
 }
 
 #[test]
