@@ -148,7 +148,7 @@ impl OpMetrics {
         );
         registry.register(
             "refused_writes",
-            "Client writes applied here as refused, changing nothing: sent on a connection the session has left, or after a later write of the session applied",
+            "Client writes applied here as refused, changing nothing: sent on a connection the session has left, after a later write of the session applied, or after the session ended",
             self.refused_writes.clone(),
         );
         registry.register(

@@ -212,14 +212,14 @@ impl ReadyHandler for Machine {
                     "a write's second copy answered from its first apply"
                 );
             }
-            TxnResult::Stale { .. } | TxnResult::Moved { .. } => {
+            TxnResult::Stale { .. } | TxnResult::Moved { .. } | TxnResult::SessionGone => {
                 self.op_metrics.refused_writes.inc();
                 debug!(
                     zxid,
                     session_id = format_args!("{:#x}", txn.session_id),
                     xid = txn.xid,
                     seq = txn.seq,
-                    "a write out of its session's order refused"
+                    "a write out of its session's order, or of an ended session, refused"
                 );
             }
             _ => {}

@@ -349,6 +349,10 @@ fn write_response(result: &TxnResult, txn: &Txn) -> Result<Option<Res>, Failure>
                  write was sent; not applied"
             ),
         )),
+        TxnResult::SessionGone => Err(Failure::new(
+            ErrorCode::SessionExpired,
+            "the session had ended when this write reached the log; not applied",
+        )),
         TxnResult::SessionCreated
         | TxnResult::SessionBound { .. }
         | TxnResult::SessionClosed { .. }

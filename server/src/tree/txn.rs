@@ -114,6 +114,10 @@ pub enum TxnResult {
     Moved {
         epoch: u64,
     },
+    /// A client write of a session that had ended when it was applied (a
+    /// copy proposed again after a leader change, landing after its
+    /// session expired or closed): nothing changed.
+    SessionGone,
     /// A bind applied: the session's new epoch; `None`: not bound (the
     /// session is gone, or moved since the resuming server looked).
     SessionBound {
@@ -262,6 +266,7 @@ impl DataTree {
                 return self.refused(zxid, TxnResult::Stale { latest_xid: latest })
             }
             Verdict::Moved { epoch } => return self.refused(zxid, TxnResult::Moved { epoch }),
+            Verdict::Gone => return self.refused(zxid, TxnResult::SessionGone),
         }
         let result = match &txn.kind {
             None | Some(txn::Kind::Noop(_)) => TxnResult::Noop,
@@ -313,15 +318,27 @@ impl DataTree {
         }
     }
 
-    /// What the session's record makes of `txn` (new for a txn of no
-    /// session, or of a session the tree does not have).
+    /// What the session's record makes of `txn`: new for a txn of no
+    /// session; a client write of a session the tree no longer has is
+    /// refused (its record went with it, so a copy could not be told from
+    /// a new write); the session's own life-cycle entries go on to apply.
     fn judge(&self, txn: &Txn) -> Verdict {
         if txn.session_id == 0 {
             return Verdict::New;
         }
         match self.sessions.get(&txn.session_id) {
             Some(s) => s.writes.judge(txn),
-            None => Verdict::New,
+            None => match &txn.kind {
+                Some(
+                    txn::Kind::Create(_)
+                    | txn::Kind::Delete(_)
+                    | txn::Kind::SetData(_)
+                    | txn::Kind::SetAcl(_)
+                    | txn::Kind::Multi(_)
+                    | txn::Kind::GuardedDelete(_),
+                ) => Verdict::Gone,
+                _ => Verdict::New,
+            },
         }
     }
 

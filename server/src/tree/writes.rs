@@ -67,6 +67,11 @@ pub(super) enum Verdict {
     /// Not applied: the session was bound to another connection (at
     /// `epoch`) since this write was sent.
     Moved { epoch: u64 },
+    /// Not applied: a client write of a session that has ended (or never
+    /// was). Its record of what it applied went with it, so this could be
+    /// a copy of a write it applied; whatever it is, a session that ended
+    /// writes nothing more.
+    Gone,
 }
 
 impl SessionWrites {

@@ -5,7 +5,8 @@
 
 use super::*;
 use crate::proto::{
-    txn::Kind, BindSessionTxn, CreateSessionTxn, CreateTxn, RecentResult, SnapshotSession, Txn,
+    txn::Kind, BindSessionTxn, CloseSessionTxn, CreateSessionTxn, CreateTxn, RecentResult,
+    SnapshotSession, Txn,
 };
 
 const SESSION: u64 = 9;
@@ -416,4 +417,49 @@ fn server_made_xids_are_applied_once_and_never_stale() {
         tagged(&mut log, 6, "/d"),
         TxnResult::Create(Ok(_))
     ));
+}
+
+/// A copy of a write that lands after its session ended never applies:
+/// the session's record of what it applied went with it, so nothing could
+/// tell the copy from a new write. Found by the zk-pipeline workload (seed
+/// 201, docs/jepsen.md): a server re-proposed its waiting writes, the
+/// leader expired three of its sessions meanwhile, and 353 creates applied
+/// twice. Red before: the copy made a second node. ZooKeeper too refuses
+/// a write of an expired session (SessionExpired).
+#[test]
+fn a_copy_that_lands_after_its_session_ended_is_refused() {
+    let mut log = Log::new();
+    let epoch = log.epoch();
+    let first = log.apply(&zk_create(epoch, 1, 0, b"w1"));
+    assert!(matches!(first.result, TxnResult::Create(Ok(_))));
+    let native = log.apply(&native_create(5, "/q/native"));
+    assert!(matches!(native.result, TxnResult::Create(Ok(_))));
+    log.apply(&Txn {
+        kind: Some(Kind::CloseSession(CloseSessionTxn {
+            session_id: SESSION,
+            ..Default::default()
+        })),
+        session_id: SESSION,
+        xid: crate::tree::SERVER_XID_BIT | 1,
+        ..Default::default()
+    });
+    assert!(log.tree.session(SESSION).is_none(), "the session ended");
+    log.apply(&Txn {
+        kind: Some(Kind::Delete(crate::proto::DeleteTxn {
+            path: "/q/native".into(),
+            version: None,
+        })),
+        ..Default::default()
+    });
+    let before = log.tree.clone();
+    for copy in [zk_create(epoch, 1, 0, b"w1"), native_create(5, "/q/native")] {
+        let again = log.apply(&copy);
+        assert_eq!(again.result, TxnResult::SessionGone, "{copy:?}");
+        assert!(again.triggers.is_empty());
+    }
+    assert_eq!(log.copies(b"w1"), 1, "the copy applied a second time");
+    assert!(log.tree.node("/q/native").is_none(), "the copy made it again");
+    let mut unchanged = before;
+    unchanged.skip(log.zxid);
+    assert_eq!(log.tree, unchanged, "a refused copy changed the tree");
 }
