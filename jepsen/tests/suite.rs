@@ -1,10 +1,15 @@
 //! Short runs of the suite against real clusters, as CI runs them: the
 //! selftest (every planted anomaly caught, the unsafe lock client caught),
-//! then every workload for about 30 s under kill and partition faults on a
-//! 3-node cluster (election also with its leader's process killed or
-//! paused), each of which must be judged valid. Runs one at a time
-//! (each starts its own cluster); their reports stay under
-//! target/tmp/jepsen-store for reading when one fails.
+//! then every workload for about 15 s (two faults of 4 s per lane, see
+//! [`run_under`]) under kill and partition faults on a 3-node cluster
+//! (election also with its leader's process killed or paused), each of
+//! which must be judged valid. Every checker and every nemesis a fixed
+//! defect needed has a case here; each case asserts that its fault really
+//! happened, so a shape too short to reach it fails rather than passes
+//! empty. The long shapes are the matrix's (`jepsen/matrix.sh`, run by
+//! hand, docs/jepsen.md). Runs one at a time (each starts its own
+//! cluster); their reports stay under target/tmp/jepsen-store for reading
+//! when one fails.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -12,6 +17,17 @@ use std::sync::Mutex;
 
 /// One cluster at a time: the machine running CI has two cores.
 static SERIAL: Mutex<()> = Mutex::new(());
+
+/// CI's run length (s). The cases run one after another, so this is most
+/// of the suite's time: 30 s made the suite about 470 s of a 25-minute CI
+/// run on two cores; 15 s still fits two faults per lane.
+const TIME_LIMIT_S: &str = "15";
+/// Seconds between the end of one fault and the start of the next.
+const INTERVAL_S: &str = "2";
+/// Seconds a fault lasts: longer than the servers' election timeout and
+/// the clients' 3 s session timeout, so that a leader is elected again and
+/// a cut-off client's session can expire under it.
+const FAULT_S: &str = "4";
 
 fn store() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("jepsen-store")
@@ -52,7 +68,7 @@ fn short_run(workload: &str) {
     checked_run(workload, "kill,partition", &[]);
 }
 
-/// A 30 s run (see [`run_under`]) that must be judged valid, with its
+/// A short run (see [`run_under`]) that must be judged valid, with its
 /// reports written, its replicas converged, some op done and some fault
 /// injected. Returns results.json.
 fn checked_run(workload: &str, nemesis: &str, extra: &[&str]) -> serde_json::Value {
@@ -155,8 +171,10 @@ fn watch_under_kill_and_partition() {
     short_run("watch");
 }
 
-/// A 30 s run of `workload` under `nemesis` on three nodes with `extra`
-/// flags: exit code, output and results.json.
+/// A run of `workload` under `nemesis` on three nodes with `extra` flags,
+/// in CI's shape: [`TIME_LIMIT_S`] seconds, a fault every
+/// [`INTERVAL_S`] seconds lasting [`FAULT_S`] (two faults per lane; with
+/// `--overlap` two lanes). Returns the exit code, output and results.json.
 fn run_under(workload: &str, nemesis: &str, extra: &[&str]) -> (i32, String, serde_json::Value) {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let store = store();
@@ -169,13 +187,13 @@ fn run_under(workload: &str, nemesis: &str, extra: &[&str]) -> (i32, String, ser
         "--nodes",
         "3",
         "--time-limit",
-        "30",
+        TIME_LIMIT_S,
         "--concurrency",
         "5",
         "--nemesis-interval",
-        "4",
+        INTERVAL_S,
         "--fault-duration",
-        "5",
+        FAULT_S,
         "--store",
         store.to_str().unwrap(),
     ];

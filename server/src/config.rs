@@ -17,7 +17,10 @@ use warden_protocol::FRAME_BYTES_MAX;
 use crate::core::OUTBOUND_FRAMES_MAX;
 use crate::limits::{self, Limit, Limits};
 
+pub mod access;
 pub mod file;
+pub mod switches;
+pub mod tls;
 
 /// Flags of `warden serve`.
 #[derive(Debug, Clone, Args)]
@@ -100,97 +103,12 @@ pub struct ServeArgs {
     /// the snapshot.
     #[arg(long, default_value_t = 256 * 1024 * 1024, env = "WARDEN_MAX_LOG_BYTES")]
     pub max_log_bytes: u64,
-    /// Tests of clock skew only: add this to this server's wall clock.
-    #[arg(
-        long,
-        default_value_t = 0,
-        hide = true,
-        allow_negative_numbers = true,
-        env = "WARDEN_CLOCK_OFFSET_MS"
-    )]
-    pub clock_offset_ms: i64,
-    /// Tests of clock jumps only: a file holding a clock offset in ms,
-    /// re-read while the server runs (a missing or empty file is 0), so a
-    /// test can jump this server's wall clock at run time.
-    #[arg(long, hide = true, env = "WARDEN_CLOCK_OFFSET_FILE")]
-    pub clock_offset_file: Option<std::path::PathBuf>,
-    /// KNOWN-BAD, for the Jepsen selftest only: answer linearizable reads
-    /// and `sync` from this server's own tree, without ReadIndex, so a
-    /// partitioned or lagging server serves stale data. The suite must
-    /// catch it.
-    #[arg(long, hide = true, env = "WARDEN_UNSAFE_SKIP_READ_INDEX")]
-    pub unsafe_skip_read_index: bool,
-    /// KNOWN-BAD, for the Jepsen selftest only: TTL and container removals
-    /// in flight outlive a role change, so one lost with a leadership is
-    /// never proposed again while this server leads (a lease outlives its
-    /// TTL). The suite must catch it.
-    #[arg(long, hide = true, env = "WARDEN_UNSAFE_KEEP_REMOVALS_ACROSS_ROLES")]
-    pub unsafe_keep_removals_across_roles: bool,
-    /// Tests only: this server's first N removal proposals (expired TTL
-    /// nodes, empty containers) are counted in flight but never handed to
-    /// raft, as if lost with its leadership.
-    #[arg(
-        long,
-        default_value_t = 0,
-        hide = true,
-        env = "WARDEN_UNSAFE_LOSE_REMOVAL_PROPOSALS"
-    )]
-    pub unsafe_lose_removal_proposals: u64,
-    /// KNOWN-BAD, for tests only: tag ZooKeeper-port writes with an xid
-    /// this server makes, recognised on a second apply only among the
-    /// session's last 64 answers (the scheme before exactly-once writes),
-    /// so a write proposed again after a leader change can apply twice.
-    #[arg(long, hide = true, env = "WARDEN_UNSAFE_BOUNDED_DEDUP")]
-    pub unsafe_bounded_dedup: bool,
-    /// Bytes per chunk when a snapshot is streamed to a follower (tests
-    /// use small chunks to make a small tree take several).
-    #[arg(
-        long,
-        default_value_t = crate::raft::snapstream::CHUNK_BYTES_DEFAULT,
-        hide = true,
-        env = "WARDEN_SNAPSHOT_CHUNK_BYTES"
-    )]
-    pub snapshot_chunk_bytes: usize,
-    /// KNOWN-BAD, for tests of the follower's check only: the next this
-    /// many snapshot transfers from this server get a byte flipped.
-    #[arg(
-        long,
-        default_value_t = 0,
-        hide = true,
-        env = "WARDEN_UNSAFE_CORRUPT_SNAPSHOT_TRANSFERS"
-    )]
-    pub unsafe_corrupt_snapshot_transfers: u64,
-    /// Send snapshots to followers the way earlier versions did: the whole
-    /// tree in one raft message on the peer link, read on this server's
-    /// core and built on the follower's (for comparisons, and for
-    /// followers of a version that cannot receive a streamed snapshot).
-    #[arg(long, hide = true, env = "WARDEN_INLINE_SNAPSHOTS")]
-    pub inline_snapshots: bool,
-    /// KNOWN-BAD, for the Jepsen selftest only: the Raft log's sync hands
-    /// writes to the OS without fsync, so entries this server acknowledged
-    /// are lost when its machine loses power (the suite's `lose-unsynced`
-    /// nemesis). The suite must catch it.
-    #[arg(long, hide = true, env = "WARDEN_UNSAFE_SKIP_FSYNC")]
-    pub unsafe_skip_fsync: bool,
-    /// This server's certificate chain (PEM). With --tls-key, the client,
-    /// ZooKeeper and HTTP ports speak TLS only.
-    #[arg(long, value_name = "FILE", env = "WARDEN_TLS_CERT")]
-    pub tls_cert: Option<PathBuf>,
-    /// The private key of --tls-cert (PEM).
-    #[arg(long, value_name = "FILE", env = "WARDEN_TLS_KEY")]
-    pub tls_key: Option<PathBuf>,
-    /// CA certificate(s) (PEM) that client and peer certificates must chain
-    /// to. Required for a cluster with TLS (or --peer-tls-ca): peer links
-    /// are then mutual TLS, each peer's certificate naming its member id.
-    #[arg(long, value_name = "FILE", env = "WARDEN_TLS_CA")]
-    pub tls_ca: Option<PathBuf>,
-    /// CA certificate(s) (PEM) for peer links alone, in place of --tls-ca
-    /// there: no certificate of the clients' CA can then be a peer's.
-    #[arg(long, value_name = "FILE", env = "WARDEN_PEER_TLS_CA")]
-    pub peer_tls_ca: Option<PathBuf>,
-    /// Whether clients must present a certificate from --tls-ca.
-    #[arg(long, value_enum, default_value_t = crate::tls::ClientAuth::Optional, env = "WARDEN_TLS_CLIENT_AUTH")]
-    pub tls_client_auth: crate::tls::ClientAuth,
+    /// The hidden switches of tests and the Jepsen selftest.
+    #[command(flatten)]
+    pub switches: switches::Switches,
+    /// TLS on the doors and the peer links.
+    #[command(flatten)]
+    pub tls: tls::TlsArgs,
     /// Connections one client IP may hold open (native and ZooKeeper doors
     /// together); the next one is refused with LimitExceeded and closed.
     #[arg(long, default_value_t = limits::CONNECTIONS_PER_IP_MAX, env = "WARDEN_MAX_CONNECTIONS_PER_IP")]
@@ -224,22 +142,9 @@ pub struct ServeArgs {
     /// connection, as ZooKeeper does.
     #[arg(long, default_value_t = limits::ZK_PACKET_BYTES_MAX, env = "WARDEN_ZK_MAX_PACKET_BYTES")]
     pub zk_max_packet_bytes: usize,
-    /// The super user, who passes every ACL check: `user:BASE64HASH`, as
-    /// ZooKeeper's superDigest (`warden digest user:password` prints it).
-    #[arg(long, value_name = "USER:BASE64HASH", env = "WARDEN_SUPER_DIGEST")]
-    pub super_digest: Option<String>,
-    /// Users whose passwords digest auth checks: a file of `user:BASE64HASH`
-    /// lines (`#` comments). Without it any well-formed user:password is
-    /// accepted as that digest identity (ZooKeeper's behaviour).
-    #[arg(long, value_name = "FILE", env = "WARDEN_AUTH_USERS")]
-    pub auth_users: Option<PathBuf>,
-    /// SASL DIGEST-MD5 on the ZooKeeper port: a JAAS file whose `Server`
-    /// section lists the users (`user_bob="secret"`, ZooKeeper's
-    /// DigestLoginModule), the same file a ZooKeeper server reads. A user
-    /// who authenticates gets the identities `sasl:USER` and the digest
-    /// identity of that user and password.
-    #[arg(long, value_name = "FILE", env = "WARDEN_ZK_SASL_JAAS")]
-    pub zk_sasl_jaas: Option<PathBuf>,
+    /// Who is who: the super user, digest users, SASL users.
+    #[command(flatten)]
+    pub credentials: access::Credentials,
     /// ZooKeeper's read-only mode (its `readonlymode.enabled`): while this
     /// server knows no leader, ZooKeeper clients that connect with
     /// canBeReadOnly get a read-only session, served (possibly stale)
@@ -248,37 +153,9 @@ pub struct ServeArgs {
     /// they reconnect for a read-write session.
     #[arg(long, env = "WARDEN_ZK_READ_ONLY")]
     pub zk_read_only: bool,
-    /// A bearer token of the HTTP lock API and the digest identity it
-    /// stands for (repeatable).
-    /// (WARDEN_HTTP_TOKEN holds one; for several, or to keep tokens off
-    /// the command line, use --http-token-file.)
-    #[arg(
-        long = "http-token",
-        value_name = "TOKEN=USER:PASSWORD",
-        env = "WARDEN_HTTP_TOKEN"
-    )]
-    pub http_tokens: Vec<String>,
-    /// A file of --http-token values, one `TOKEN=USER:PASSWORD` a line
-    /// (`#` comments), added to any --http-token.
-    #[arg(long, value_name = "FILE", env = "WARDEN_HTTP_TOKEN_FILE")]
-    pub http_token_file: Option<PathBuf>,
-    /// The ACL of the nodes the HTTP lock API creates, in zkCli's text
-    /// form (`digest:svc:HASH:cdrwa,world:anyone:r`); default
-    /// world:anyone:cdrwa.
-    #[arg(long, value_name = "ACL", env = "WARDEN_HTTP_LOCK_ACL")]
-    pub http_lock_acl: Option<String>,
-    /// The four-letter words answered to anyone, as ZooKeeper's
-    /// `4lw.commands.whitelist`: a comma list (`ruok,srvr,mntr`), `*` for
-    /// all. A word off it answers `WORD is not executed because it is not
-    /// in the whitelist.`, and its AdminServer command needs the super
-    /// user. Default: the words that show no session, client or path and
-    /// change nothing (docs/security.md: Who may do what).
-    #[arg(
-        long = "4lw-whitelist",
-        value_name = "WORDS",
-        env = "WARDEN_4LW_WHITELIST"
-    )]
-    pub four_letter_whitelist: Option<String>,
+    /// The HTTP lock API's tokens and node ACL, the four-letter words.
+    #[command(flatten)]
+    pub access: access::AccessArgs,
     /// The shortest lease TTL the lock API (HTTP, gRPC, WebSocket)
     /// accepts, in ms; a shorter `ttl_ms` is refused (400 naming the
     /// field and this minimum). Every lease and waiter rewrites its node
@@ -435,15 +312,7 @@ impl ServeArgs {
                  of this server alone from its data, the second waits empty to be added",
             ));
         }
-        let chunk_max = crate::raft::snapstream::CHUNK_BYTES_MAX;
-        if !(1..=chunk_max).contains(&self.snapshot_chunk_bytes) {
-            return Err(ConfigError::Limit {
-                flag: "--snapshot-chunk-bytes",
-                min: 1,
-                max: chunk_max,
-                got: self.snapshot_chunk_bytes,
-            });
-        }
+        self.switches.check()?;
         let limits = self.limits()?;
         let peers = parse_peers(&self.peers, self.id, &self.peer_listen)?;
         let zk_listen = match self.zk_listen.trim() {
@@ -460,11 +329,11 @@ impl ServeArgs {
                     .map_err(|_| ConfigError::GrpcListen(a.to_string()))?,
             ),
         };
-        let tls = tls_files(&self)?
+        let tls = tls::tls_files(&self.tls)?
             .map(|files| crate::tls::load(&files))
             .transpose()?;
         let cluster = peers.len() > 1 || self.join;
-        if tls.is_some() && self.tls_ca.is_none() && self.peer_tls_ca.is_none() && cluster {
+        if tls.is_some() && self.tls.tls_ca.is_none() && self.tls.peer_tls_ca.is_none() && cluster {
             return Err(ConfigError::TlsFlags(
                 "--tls-ca (or --peer-tls-ca) is required for a cluster with TLS: peers prove \
                  they belong with certificates from that CA (mutual TLS), so a process without \
@@ -472,31 +341,9 @@ impl ServeArgs {
             ));
         }
         if let Some(tls) = &tls {
-            own_member_id(tls, self.id, cluster)?;
+            tls::own_member_id(tls, self.id, cluster)?;
         }
-        let auth =
-            crate::auth::AuthConfig::new(self.super_digest.as_deref(), self.auth_users.as_deref())
-                .map_err(ConfigError::Auth)?;
-        let zk_sasl = match &self.zk_sasl_jaas {
-            None => None,
-            Some(path) => Some(std::sync::Arc::new(
-                crate::sasl::jaas::load(path).map_err(ConfigError::Auth)?,
-            )),
-        };
-        let mut token_specs = self.http_tokens.clone();
-        if let Some(path) = &self.http_token_file {
-            token_specs.extend(read_token_file(path)?);
-        }
-        let http_tokens = parse_http_tokens(&token_specs)?;
-        let http_lock_acl = match &self.http_lock_acl {
-            None => Vec::new(),
-            Some(text) => warden_protocol::auth::parse_acl(text)
-                .map_err(|e| ConfigError::Auth(format!("--http-lock-acl: {e}")))?,
-        };
-        let four_letter_whitelist = match &self.four_letter_whitelist {
-            None => crate::authority::Whitelist::default(),
-            Some(text) => crate::authority::Whitelist::parse(text).map_err(ConfigError::Auth)?,
-        };
+        let access = access::Access::check(&self.credentials, &self.access)?;
         let lock_ttl_max = usize::try_from(crate::limits::LOCK_TTL_MS_MAX).unwrap_or(usize::MAX);
         if !(1..=lock_ttl_max)
             .contains(&usize::try_from(self.min_lock_ttl_ms).unwrap_or(usize::MAX))
@@ -527,24 +374,24 @@ impl ServeArgs {
             snapshot_entries: self.snapshot_entries,
             snapshot_bytes: self.snapshot_bytes.max(1),
             max_log_bytes: self.max_log_bytes,
-            clock_offset_ms: self.clock_offset_ms,
-            clock_offset_file: self.clock_offset_file.clone(),
-            unsafe_skip_read_index: self.unsafe_skip_read_index,
-            unsafe_keep_removals_across_roles: self.unsafe_keep_removals_across_roles,
-            unsafe_lose_removal_proposals: self.unsafe_lose_removal_proposals,
-            unsafe_bounded_dedup: self.unsafe_bounded_dedup,
-            snapshot_chunk_bytes: self.snapshot_chunk_bytes,
-            unsafe_corrupt_snapshot_transfers: self.unsafe_corrupt_snapshot_transfers,
-            inline_snapshots: self.inline_snapshots,
-            unsafe_skip_fsync: self.unsafe_skip_fsync,
+            clock_offset_ms: self.switches.clock_offset_ms,
+            clock_offset_file: self.switches.clock_offset_file.clone(),
+            unsafe_skip_read_index: self.switches.unsafe_skip_read_index,
+            unsafe_keep_removals_across_roles: self.switches.unsafe_keep_removals_across_roles,
+            unsafe_lose_removal_proposals: self.switches.unsafe_lose_removal_proposals,
+            unsafe_bounded_dedup: self.switches.unsafe_bounded_dedup,
+            snapshot_chunk_bytes: self.switches.snapshot_chunk_bytes,
+            unsafe_corrupt_snapshot_transfers: self.switches.unsafe_corrupt_snapshot_transfers,
+            inline_snapshots: self.switches.inline_snapshots,
+            unsafe_skip_fsync: self.switches.unsafe_skip_fsync,
             tls,
             limits,
-            auth,
-            zk_sasl,
+            auth: access.auth,
+            zk_sasl: access.zk_sasl,
             zk_read_only: self.zk_read_only,
-            http_tokens,
-            http_lock_acl,
-            four_letter_whitelist,
+            http_tokens: access.http_tokens,
+            http_lock_acl: access.http_lock_acl,
+            four_letter_whitelist: access.four_letter_whitelist,
             min_lock_ttl_ms: self.min_lock_ttl_ms,
         })
     }
@@ -615,106 +462,6 @@ impl ServeArgs {
     }
 }
 
-/// The TLS flags, checked for consistency; `None`: TLS is off.
-fn tls_files(args: &ServeArgs) -> Result<Option<crate::tls::TlsFiles>, ConfigError> {
-    match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => {
-            if args.tls_client_auth == crate::tls::ClientAuth::Required && args.tls_ca.is_none() {
-                return Err(ConfigError::TlsFlags(
-                    "--tls-client-auth required needs --tls-ca (the CA client certificates must chain to)",
-                ));
-            }
-            Ok(Some(crate::tls::TlsFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-                ca: args.tls_ca.clone(),
-                peer_ca: args.peer_tls_ca.clone(),
-                client_auth: args.tls_client_auth,
-            }))
-        }
-        (Some(_), None) => Err(ConfigError::TlsFlags("--tls-cert needs --tls-key")),
-        (None, Some(_)) => Err(ConfigError::TlsFlags("--tls-key needs --tls-cert")),
-        (None, None) if args.tls_ca.is_some() => Err(ConfigError::TlsFlags(
-            "--tls-ca needs --tls-cert and --tls-key (this server's own certificate)",
-        )),
-        (None, None) if args.peer_tls_ca.is_some() => Err(ConfigError::TlsFlags(
-            "--peer-tls-ca needs --tls-cert and --tls-key (this server's own certificate)",
-        )),
-        (None, None) if args.tls_client_auth == crate::tls::ClientAuth::Required => {
-            Err(ConfigError::TlsFlags(
-                "--tls-client-auth required needs --tls-cert, --tls-key and --tls-ca",
-            ))
-        }
-        (None, None) => Ok(None),
-    }
-}
-
-/// This server's certificate must speak for its own `--id` on peer links
-/// (its peers hold it to the id it names): one naming another member is
-/// refused at start; one naming none is refused for a cluster with peer
-/// TLS (a single server's peer port admits nobody anyway).
-fn own_member_id(tls: &crate::tls::Tls, id: u64, cluster: bool) -> Result<(), ConfigError> {
-    match &tls.member_id {
-        Ok(named) if *named == id => Ok(()),
-        Ok(named) => Err(ConfigError::MemberId(format!(
-            "the certificate speaks for member {named} ({}), but this server is --id {id}; \
-             each node needs a certificate naming its own id",
-            crate::tls::peer_id::node_uri(*named)
-        ))),
-        Err(e) if cluster && tls.peers.is_some() => Err(ConfigError::MemberId(format!(
-            "{e}; peers accept a node's certificate only for the member it names, so this \
-             one needs the URI SAN {} (`warden certs --node n{id}` makes one)",
-            crate::tls::peer_id::node_uri(id)
-        ))),
-        Err(_) => Ok(()),
-    }
-}
-
-/// The `TOKEN=USER:PASSWORD` lines of an --http-token-file (blank lines
-/// and `#` comments skipped). Its errors name the file and line, never the
-/// secret.
-fn read_token_file(path: &std::path::Path) -> Result<Vec<String>, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::Auth(format!("--http-token-file {}: {e}", path.display())))?;
-    let mut specs = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        parse_http_tokens(&[line.to_string()]).map_err(|e| {
-            ConfigError::Auth(format!(
-                "--http-token-file {} line {}: {}",
-                path.display(),
-                n + 1,
-                e.to_string().trim_start_matches("--http-token: ")
-            ))
-        })?;
-        specs.push(line.to_string());
-    }
-    Ok(specs)
-}
-
-/// `TOKEN=user:password`, each token once.
-fn parse_http_tokens(specs: &[String]) -> Result<Vec<(String, String)>, ConfigError> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    for spec in specs {
-        let bad = |why: &str| ConfigError::Auth(format!("--http-token: {why}"));
-        let (token, credentials) = spec
-            .split_once('=')
-            .ok_or_else(|| bad("expected TOKEN=USER:PASSWORD"))?;
-        if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(bad("the token must be non-empty, without spaces"));
-        }
-        warden_protocol::auth::split_credentials(credentials).map_err(|e| bad(&e.0))?;
-        if out.iter().any(|(t, _)| t == token) {
-            return Err(bad("a token is given twice"));
-        }
-        out.push((token.to_string(), credentials.to_string()));
-    }
-    Ok(out)
-}
-
 fn parse_peers(spec: &str, id: u64, peer_listen: &SocketAddr) -> Result<Vec<Peer>, ConfigError> {
     if spec.trim().is_empty() {
         return Ok(vec![Peer {
@@ -754,278 +501,4 @@ fn parse_peers(spec: &str, id: u64, peer_listen: &SocketAddr) -> Result<Vec<Peer
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        serve: ServeArgs,
-    }
-
-    fn parse(args: &[&str]) -> Result<Config, ConfigError> {
-        let mut all = vec!["warden"];
-        all.extend_from_slice(args);
-        Cli::parse_from(all).serve.validate()
-    }
-
-    #[test]
-    fn defaults_make_a_single_node() {
-        let c = parse(&[]).unwrap();
-        assert_eq!(c.id, 1);
-        assert_eq!(
-            c.peers,
-            vec![Peer {
-                id: 1,
-                addr: "127.0.0.1:7100".into()
-            }]
-        );
-        assert_eq!(c.tick, Duration::from_millis(100));
-        assert_eq!(c.limits, Limits::default());
-    }
-
-    #[test]
-    fn limits_are_parsed_and_checked() {
-        let c = parse(&[
-            "--max-connections-per-ip",
-            "5000",
-            "--max-request-bytes",
-            "4096",
-        ])
-        .unwrap();
-        assert_eq!(c.limits.connections_per_ip, 5000);
-        assert_eq!(c.limits.request_bytes, 4096);
-        let err = parse(&["--max-watches-per-session", "0"]).unwrap_err();
-        assert!(
-            err.to_string().contains("--max-watches-per-session"),
-            "{err}"
-        );
-        assert!(parse(&["--max-request-bytes", "100000000"]).is_err());
-        assert!(parse(&["--max-outstanding-requests", "100000"]).is_err());
-    }
-
-    #[test]
-    fn peers_are_parsed_and_checked() {
-        let c = parse(&["--id", "2", "--peers", "1=a:1, 2=b:2,3=c:3"]).unwrap();
-        assert_eq!(c.peers.len(), 3);
-        assert!(parse(&["--peers", "2=b:2"])
-            .unwrap_err()
-            .to_string()
-            .contains("id 1 is not listed"));
-        assert!(parse(&["--peers", "x=b:2"]).is_err());
-        assert!(parse(&["--peers", "1=a:1,1=b:2"]).is_err());
-        assert!(parse(&["--id", "0"]).is_err());
-        assert_eq!(parse(&["--zk-listen", "off"]).unwrap().zk_listen, None);
-        assert!(parse(&["--zk-listen", "nope"]).is_err());
-        assert_eq!(parse(&[]).unwrap().grpc_listen, None);
-        assert_eq!(
-            parse(&["--grpc-listen", "127.0.0.1:7300"])
-                .unwrap()
-                .grpc_listen,
-            Some("127.0.0.1:7300".parse().unwrap())
-        );
-        assert!(parse(&["--grpc-listen", "nope"])
-            .unwrap_err()
-            .to_string()
-            .contains("--grpc-listen"));
-        assert!(parse(&["--election-ticks", "3", "--heartbeat-ticks", "3"]).is_err());
-        assert!(parse(&["--super-digest", "nocolon"]).is_err());
-        assert!(parse(&["--super-digest", "admin:aGFzaA=="]).is_ok());
-        assert!(parse(&["--auth-users", "/nonexistent/users"]).is_err());
-        let err = parse(&["--zk-sasl-jaas", "/nonexistent/jaas.conf"]).unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("--zk-sasl-jaas /nonexistent/jaas.conf:"),
-            "{err}"
-        );
-        let dir = tempfile::tempdir().unwrap();
-        let jaas = dir.path().join("jaas.conf");
-        std::fs::write(&jaas, "Server { m required user_bob=\"secret\"; };").unwrap();
-        let c = parse(&["--zk-sasl-jaas", jaas.to_str().unwrap()]).unwrap();
-        assert_eq!(c.zk_sasl.unwrap().password("bob"), Some("secret"));
-        assert!(parse(&[]).unwrap().zk_sasl.is_none());
-        let c = parse(&["--http-token", "t1=bob:pw", "--http-token", "t2=al:x:y"]).unwrap();
-        assert_eq!(c.http_tokens[1], ("t2".to_string(), "al:x:y".to_string()));
-        assert!(parse(&["--http-token", "t1"]).is_err());
-        assert!(parse(&["--http-token", "t1=bob"]).is_err());
-        assert!(parse(&["--http-token", "t=a:b", "--http-token", "t=c:d"]).is_err());
-        assert_eq!(
-            parse(&["--http-lock-acl", "digest:svc:aA==:cdrwa,world:anyone:r"])
-                .unwrap()
-                .http_lock_acl
-                .len(),
-            2
-        );
-        assert!(parse(&["--http-lock-acl", "bogus"]).is_err());
-        assert!(parse(&[
-            "--min-session-timeout-ms",
-            "5",
-            "--max-session-timeout-ms",
-            "4"
-        ])
-        .is_err());
-    }
-
-    #[test]
-    fn force_new_cluster_and_join_are_refused_together() {
-        assert!(parse(&["--force-new-cluster"]).unwrap().force_new_cluster);
-        let e = parse(&["--force-new-cluster", "--join"])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("cannot go together"), "{e}");
-    }
-
-    #[test]
-    fn every_flag_has_its_environment_variable() {
-        use clap::CommandFactory as _;
-        let cmd = Cli::command();
-        let mut checked = 0;
-        for arg in cmd.get_arguments() {
-            let Some(long) = arg.get_long() else { continue };
-            if long == "help" {
-                continue;
-            }
-            let want = format!("WARDEN_{}", long.to_uppercase().replace('-', "_"));
-            assert_eq!(
-                arg.get_env().and_then(|e| e.to_str()),
-                Some(want.as_str()),
-                "--{long}"
-            );
-            checked += 1;
-        }
-        assert!(checked > 30, "{checked}");
-    }
-
-    #[test]
-    fn http_tokens_come_from_a_file_too() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("tokens");
-        std::fs::write(&path, "# tokens\n\nt2=carol:pw\n  t3=dan:a:b  \n").unwrap();
-        let file = path.to_str().unwrap();
-        let c = parse(&["--http-token", "t1=bob:pw", "--http-token-file", file]).unwrap();
-        let tokens: Vec<_> = c.http_tokens.iter().map(|(t, _)| t.as_str()).collect();
-        assert_eq!(tokens, ["t1", "t2", "t3"]);
-        assert_eq!(c.http_tokens[2].1, "dan:a:b");
-        // A token in both places is refused like one given twice.
-        assert!(parse(&["--http-token", "t2=x:y", "--http-token-file", file]).is_err());
-        // A bad line is named by its number, and the secret is not shown.
-        std::fs::write(&path, "t1=bob:pw\nsecret-without-user\n").unwrap();
-        let e = parse(&["--http-token-file", file]).unwrap_err().to_string();
-        assert!(e.contains("line 2") && e.contains(file), "{e}");
-        assert!(!e.contains("secret-without-user"), "{e}");
-        let e = parse(&["--http-token-file", "/nonexistent/tokens"])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("--http-token-file /nonexistent/tokens"), "{e}");
-    }
-
-    #[test]
-    fn tls_flags_must_make_sense_together() {
-        let err = |args: &[&str]| parse(args).unwrap_err().to_string();
-        assert!(err(&["--tls-cert", "c.pem"]).contains("--tls-cert needs --tls-key"));
-        assert!(err(&["--tls-key", "k.pem"]).contains("--tls-key needs --tls-cert"));
-        assert!(err(&["--tls-ca", "ca.pem"]).contains("--tls-ca needs --tls-cert"));
-        assert!(err(&["--tls-client-auth", "required"]).contains("needs --tls-cert"));
-        assert!(err(&[
-            "--tls-cert",
-            "c.pem",
-            "--tls-key",
-            "k.pem",
-            "--tls-client-auth",
-            "required"
-        ])
-        .contains("needs --tls-ca"));
-        // A file that is not there is named, with its flag.
-        let e = err(&["--tls-cert", "/nonexistent/c.pem", "--tls-key", "k.pem"]);
-        assert!(e.contains("--tls-cert /nonexistent/c.pem"), "{e}");
-        assert!(parse(&[]).unwrap().tls.is_none());
-    }
-
-    #[test]
-    fn a_tls_cluster_needs_a_ca() {
-        use crate::tls::certs::{Ca, Role, LOCAL_SANS};
-        let dir = tempfile::tempdir().unwrap();
-        let ca = Ca::open_or_create(dir.path()).unwrap();
-        let sans: Vec<String> = LOCAL_SANS.iter().map(|s| s.to_string()).collect();
-        let node = ca.issue("n1", Role::Node, &sans).unwrap();
-        let (cert, key) = (node.cert.to_str().unwrap(), node.key.to_str().unwrap());
-        let ca_path = ca.cert_path();
-        let ca_path = ca_path.to_str().unwrap();
-        let cluster = ["--peers", "1=127.0.0.1:1,2=127.0.0.1:2,3=127.0.0.1:3"];
-        let mut args = vec!["--tls-cert", cert, "--tls-key", key];
-        // One node: TLS for clients without a CA is fine.
-        assert!(parse(&args).unwrap().tls.is_some());
-        args.extend(cluster);
-        let e = parse(&args).unwrap_err().to_string();
-        assert!(
-            e.contains("--tls-ca (or --peer-tls-ca) is required for a cluster with TLS"),
-            "{e}"
-        );
-        args.extend(["--tls-ca", ca_path]);
-        let tls = parse(&args).unwrap().tls.unwrap();
-        assert!(tls.peers.is_some());
-        // A key that is not the certificate's.
-        let other = ca.issue("n2", Role::Node, &sans).unwrap();
-        let e = parse(&[
-            "--tls-cert",
-            cert,
-            "--tls-key",
-            other.key.to_str().unwrap(),
-            "--tls-ca",
-            ca_path,
-        ])
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("TLS set-up"), "{e}");
-    }
-
-    #[test]
-    fn a_node_certificate_must_speak_for_its_own_id() {
-        use crate::tls::certs::{Ca, Role, LOCAL_SANS};
-        let dir = tempfile::tempdir().unwrap();
-        let ca = Ca::open_or_create(dir.path()).unwrap();
-        let sans: Vec<String> = LOCAL_SANS.iter().map(|s| s.to_string()).collect();
-        let ca_path = ca.cert_path();
-        let ca_path = ca_path.to_str().unwrap().to_string();
-        let cluster = "1=127.0.0.1:1,2=127.0.0.1:2,3=127.0.0.1:3";
-        let args = |issued: &crate::tls::certs::Issued, id: &str, peers: Option<&str>| {
-            let mut args = vec![
-                "--id".to_string(),
-                id.to_string(),
-                "--tls-cert".to_string(),
-                issued.cert.to_str().unwrap().to_string(),
-                "--tls-key".to_string(),
-                issued.key.to_str().unwrap().to_string(),
-                "--tls-ca".to_string(),
-                ca_path.clone(),
-            ];
-            if let Some(p) = peers {
-                args.extend(["--peers".to_string(), p.to_string()]);
-            }
-            args
-        };
-        let check = |args: Vec<String>| {
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            parse(&args).map(|_| ()).map_err(|e| e.to_string())
-        };
-        let n2 = ca.issue("n2", Role::Node, &sans).unwrap();
-        check(args(&n2, "2", Some(cluster))).unwrap();
-        let e = check(args(&n2, "1", Some(cluster))).unwrap_err();
-        assert!(
-            e.contains("speaks for member 2") && e.contains("--id 1"),
-            "{e}"
-        );
-        // Alone, too: the certificate is not this server's.
-        assert!(check(args(&n2, "1", None)).is_err());
-        // A certificate naming no member: a single server's, not a peer's.
-        for unnamed in [
-            ca.issue("node", Role::Node, &sans).unwrap(),
-            ca.issue("alice", Role::Client, &[]).unwrap(),
-        ] {
-            check(args(&unnamed, "1", None)).unwrap();
-            let e = check(args(&unnamed, "1", Some(cluster))).unwrap_err();
-            assert!(e.contains("names no member id"), "{e}");
-        }
-    }
-}
+mod tests;
