@@ -458,7 +458,10 @@ fn a_copy_that_lands_after_its_session_ended_is_refused() {
         assert!(again.triggers.is_empty());
     }
     assert_eq!(log.copies(b"w1"), 1, "the copy applied a second time");
-    assert!(log.tree.node("/q/native").is_none(), "the copy made it again");
+    assert!(
+        log.tree.node("/q/native").is_none(),
+        "the copy made it again"
+    );
     let mut unchanged = before;
     unchanged.skip(log.zxid);
     assert_eq!(log.tree, unchanged, "a refused copy changed the tree");
