@@ -133,15 +133,15 @@ async fn exchange_raw(
     }
 }
 
-/// Parses an HTTP/1.1 answer: `Ok(None)` while incomplete. Bodies are
-/// delimited by Content-Length or chunked, or with neither by the end of
-/// the connection (`eof`: it has ended).
+/// [`parse_raw`] with the body read as JSON.
 #[cfg(test)]
 fn parse(bytes: &[u8], eof: bool) -> Result<Option<(u16, Value)>, String> {
     Ok(parse_raw(bytes, eof)?.map(|(status, body)| (status, json_body(&body))))
 }
 
-/// [`parse`] with the body as bytes.
+/// Parses an HTTP/1.1 answer, its body as bytes: `Ok(None)` while
+/// incomplete. Bodies are delimited by Content-Length or chunked, or with
+/// neither by the end of the connection (`eof`: it has ended).
 fn parse_raw(bytes: &[u8], eof: bool) -> Result<Option<(u16, Vec<u8>)>, String> {
     let Some(head_end) = find(bytes, b"\r\n\r\n") else {
         return Ok(None);
