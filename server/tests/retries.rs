@@ -47,6 +47,7 @@ fn retried_writes_apply_once(first: &str, second: &str) {
     a.send_request(2, seq_create("/q/item-"));
     let original = a.response();
     assert_eq!(original.error, 0);
+    let seen = original.zxid;
     // Answer never read: the connection drops right after sending.
     a.send_request(3, seq_create("/q/item-"));
     a.send_request(
@@ -61,8 +62,7 @@ fn retried_writes_apply_once(first: &str, second: &str) {
     );
     drop(a);
 
-    let mut b = RawConn::connect(second);
-    let resumed = b.handshake(hello.session_id, hello.password.clone());
+    let (mut b, resumed) = RawConn::resume(second, hello.session_id, hello.password.clone(), seen);
     assert_eq!(resumed.error, 0, "{resumed:?}");
     b.send_request(2, seq_create("/q/item-"));
     let retry2 = b.response();
@@ -137,12 +137,19 @@ fn write_older_than_the_sessions_latest_is_refused() {
             ..Default::default()
         }),
     );
-    assert_eq!(a.response().error, 0);
+    let created = a.response();
+    assert_eq!(created.error, 0);
     drop(a);
 
-    // The same session elsewhere; a request with an older xid turns up.
-    let mut b = RawConn::connect(cluster.addr(2));
-    let resumed = b.handshake(hello.session_id, hello.password.clone());
+    // The same session elsewhere (named with the zxid its client saw: a
+    // server that has not applied the session's creation yet sends it on);
+    // a request with an older xid turns up.
+    let (mut b, resumed) = RawConn::resume(
+        cluster.addr(2),
+        hello.session_id,
+        hello.password.clone(),
+        created.zxid,
+    );
     assert_eq!(resumed.error, 0, "{resumed:?}");
     b.send_request(
         3,

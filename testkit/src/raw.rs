@@ -72,6 +72,40 @@ impl RawConn {
         })
     }
 
+    /// Resumes `session_id` on the server at `addr` as a real client does
+    /// when it moves: it names the last zxid it has seen, and a server
+    /// that has not applied that far yet refuses (ServerBehind) rather
+    /// than judge the session by an older tree (where a session made a
+    /// moment ago on another server does not exist yet); the client then
+    /// connects again. Tries until `RAW_READ_TIMEOUT`, then returns the
+    /// last answer, whatever it was.
+    pub fn resume(
+        addr: &str,
+        session_id: u64,
+        password: Vec<u8>,
+        last_zxid_seen: u64,
+    ) -> (RawConn, pb::ConnectResponse) {
+        let deadline = std::time::Instant::now() + RAW_READ_TIMEOUT;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let mut conn = RawConn::connect(addr);
+            let answer = conn.connect_request(pb::ConnectRequest {
+                protocol_version: warden_protocol::PROTOCOL_VERSION,
+                session_id,
+                password: password.clone(),
+                timeout_ms: 30_000,
+                last_zxid_seen,
+            });
+            if answer.error != pb::ErrorCode::ServerBehind as i32
+                || std::time::Instant::now() >= deadline
+            {
+                return (conn, answer);
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    }
+
     /// Sends a request without waiting for its answer.
     pub fn send_request(&mut self, xid: u64, op: Op) {
         self.send(pb::ClientFrame {
