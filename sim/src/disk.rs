@@ -36,6 +36,10 @@ impl SimDisk {
         Ok(storage)
     }
 
-    /// The process died: what was not durable is gone.
-    pub fn crash(&mut self) {}
+    /// The process died (`power_loss` false: the OS's cache keeps what was
+    /// written) or the machine lost power (what was not durable is gone).
+    /// What the power loss kept, for the trace.
+    pub fn crash(&mut self, power_loss: bool) -> Option<String> {
+        power_loss.then(|| "a temporary directory keeps everything".to_string())
+    }
 }

@@ -11,9 +11,10 @@ use std::fmt;
 /// The kinds of fault, by the name `--faults` takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
-    /// One process killed; restarted after a while.
+    /// One process killed, or its machine's power lost (the disk loses
+    /// what it never made durable); restarted after a while.
     Crash,
-    /// Every process killed at once (a power loss); each restarted.
+    /// Every machine loses power at once; each restarted.
     PowerLoss,
     /// Both directions between two groups of any shape cut.
     Partition,

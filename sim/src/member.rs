@@ -93,9 +93,9 @@ impl Member {
         Ok(())
     }
 
-    /// The process dies: memory is gone, the disk loses what it never made
-    /// durable.
-    pub fn crash(&mut self) {
+    /// The process dies: memory is gone; with `power_loss`, the disk loses
+    /// what it never made durable (what it kept is returned, to trace).
+    pub fn crash(&mut self, power_loss: bool) -> Option<String> {
         self.raft = None;
         self.incarnation += 1;
         self.drive_pending = false;
@@ -103,7 +103,7 @@ impl Member {
         self.pending.clear();
         self.role = StateRole::Follower;
         self.leader = 0;
-        self.disk.crash();
+        self.disk.crash(power_loss)
     }
 
     pub fn applied_index(&self) -> u64 {

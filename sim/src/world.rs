@@ -469,7 +469,7 @@ impl World {
             if let Some(Err(e)) = done {
                 // The node stops, as the server's core does on an error.
                 self.note(node, format!("stopped: {e}"));
-                self.crash(node);
+                self.crash(node, false);
                 return Ok(());
             }
             self.after_ready(node, out)?;
@@ -625,13 +625,18 @@ impl World {
         Ok(())
     }
 
-    fn crash(&mut self, node: u64) {
+    /// The node's process dies; with `power_loss`, its machine loses power
+    /// (and what its disk never made durable) too.
+    fn crash(&mut self, node: u64, power_loss: bool) {
         if !self.member(node).is_up() {
             return;
         }
         self.stats.crashes += 1;
-        self.member(node).crash();
-        self.note(node, "crash");
+        let kept = self.member(node).crash(power_loss);
+        match kept {
+            Some(kept) => self.note(node, format!("crash, power lost: {kept}")),
+            None => self.note(node, "crash"),
+        }
         // Its peers' connections to it close (a killed process's sockets
         // close at once), across any partition: the OS answers.
         for peer in self.voters.clone() {
@@ -658,10 +663,13 @@ impl World {
         self.stats.faults += 1;
         match kind {
             Kind::Crash => {
+                // The process killed, or its machine's power lost.
                 let node = self.random_node();
+                let power_loss = self.rng.coin();
                 if self.member(node).is_up() {
-                    self.note(0, format!("fault: crash n{node}"));
-                    self.crash(node);
+                    let what = if power_loss { "power loss of" } else { "kill" };
+                    self.note(0, format!("fault: {what} n{node}"));
+                    self.crash(node, power_loss);
                     self.schedule_restart(node);
                 }
             }
@@ -669,7 +677,7 @@ impl World {
                 self.note(0, "fault: power loss, every node");
                 for node in self.voters.clone() {
                     if self.member(node).is_up() {
-                        self.crash(node);
+                        self.crash(node, true);
                         self.schedule_restart(node);
                     }
                 }

@@ -1,0 +1,28 @@
+//! Seeds that must pass: every seed that ever found a bug stays here (with
+//! the config it was found with), and a few that exercise every fault.
+
+use warden_sim::{run, SimConfig};
+
+/// (seed, why it is here).
+const SEEDS: &[(u64, &str)] = &[
+    (1, "four nodes, power losses, partitions, a clock jump"),
+    (2, "every fault kind in the mix"),
+    (3, "every fault kind in the mix"),
+];
+
+#[test]
+fn the_regression_seeds_pass() {
+    let cfg = SimConfig {
+        duration_ms: 5_000,
+        ..SimConfig::default()
+    };
+    for &(seed, why) in SEEDS {
+        let outcome = run(seed, &cfg);
+        if let Some(v) = &outcome.violation {
+            panic!(
+                "seed {seed} ({why}): {v}\n{}",
+                outcome.trace.tail(60).join("\n")
+            );
+        }
+    }
+}
