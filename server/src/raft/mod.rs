@@ -7,6 +7,7 @@
 //! link speaks for ([`peer_auth`]), and the disaster-recovery start as the
 //! group's only voter ([`force_new_cluster`]).
 
+pub mod files;
 pub mod force_new_cluster;
 pub mod logger;
 pub mod node;
