@@ -2,7 +2,9 @@
 //! stops the run; it carries which property broke and the facts that
 //! broke it.
 //!
-//! - **Election safety**: at most one leader per term.
+//! - **Election safety**: at most one leader per term, and under it, one
+//!   vote per node per term (a vote granted to two candidates of one term
+//!   is what lets two leaders be elected; checked on the votes sent).
 //! - **State machine safety**: every node applies the same entry at an
 //!   index (term and data), including after a restart replays its log.
 //! - **Leader completeness**: an acknowledged write (committed and applied
@@ -33,6 +35,7 @@ impl fmt::Display for Violation {
 }
 
 pub const ONE_LEADER_PER_TERM: &str = "one leader per term";
+pub const ONE_VOTE_PER_TERM: &str = "one vote per node per term";
 pub const SAME_ENTRY_AT_AN_INDEX: &str = "same applied entry at an index";
 pub const ACKED_IN_LATER_LEADERS: &str = "acknowledged writes in every later leader's log";
 pub const APPLIED_WITHIN_COMMIT: &str = "no apply past the commit index";
@@ -43,6 +46,8 @@ pub const RAFT_ASSERTION: &str = "raft's own assertion";
 #[derive(Debug, Default)]
 pub struct Invariants {
     leaders: BTreeMap<u64, u64>,
+    /// (voter, term) -> the candidate it granted its vote.
+    votes: BTreeMap<(u64, u64), u64>,
     /// Each index as it was first applied anywhere.
     applied: BTreeMap<u64, (u64, Vec<u8>, u64)>,
     acked: Vec<Applied>,
@@ -62,6 +67,19 @@ impl Invariants {
             Some(other) if other != node => Err(Violation {
                 invariant: ONE_LEADER_PER_TERM,
                 detail: format!("n{other} and n{node} both led term {term}"),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// `voter` sent `candidate` its vote for `term`.
+    pub fn voted(&mut self, voter: u64, term: u64, candidate: u64) -> Result<(), Violation> {
+        match self.votes.insert((voter, term), candidate) {
+            Some(other) if other != candidate => Err(Violation {
+                invariant: ONE_VOTE_PER_TERM,
+                detail: format!(
+                    "n{voter} voted for n{other} and then for n{candidate} in term {term}"
+                ),
             }),
             _ => Ok(()),
         }
@@ -155,6 +173,16 @@ mod tests {
         inv.became_leader(2, 3).expect("another term");
         let v = inv.became_leader(3, 2).expect_err("second leader of term 2");
         assert_eq!(v.invariant, ONE_LEADER_PER_TERM);
+    }
+
+    #[test]
+    fn a_second_vote_in_one_term_is_caught() {
+        let mut inv = Invariants::default();
+        inv.voted(1, 4, 2).expect("first");
+        inv.voted(1, 4, 2).expect("the same vote again (a resend)");
+        inv.voted(1, 5, 3).expect("another term");
+        let v = inv.voted(1, 4, 3).expect_err("another candidate");
+        assert_eq!(v.invariant, ONE_VOTE_PER_TERM);
     }
 
     #[test]

@@ -521,6 +521,11 @@ impl World {
         for msg in out.messages {
             let to = msg.to;
             let text = describe(&msg);
+            if msg.get_msg_type() == raft::eraftpb::MessageType::MsgRequestVoteResponse
+                && !msg.reject
+            {
+                self.inv.voted(node, msg.term, to)?;
+            }
             match self.net.send(&mut self.rng, now, node, to) {
                 Fate::Cut => self.note(node, format!("send {text} to n{to}: cut")),
                 Fate::Dropped => self.note(node, format!("send {text} to n{to}: dropped")),
