@@ -22,7 +22,10 @@ pub struct NodeClock {
 impl NodeClock {
     /// `drift_ppm` above -1,000,000 (the clock moves forward).
     pub fn new(drift_ppm: i64) -> Self {
-        assert!(drift_ppm > -1_000_000, "a clock that stands still or runs back");
+        assert!(
+            drift_ppm > -1_000_000,
+            "a clock that stands still or runs back"
+        );
         Self {
             anchor_sim: 0,
             anchor_local: 0,

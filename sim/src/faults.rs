@@ -106,7 +106,11 @@ impl FaultMix {
 
     /// The kinds drawn as events, in a fixed order.
     pub fn events(&self) -> Vec<Kind> {
-        self.kinds.iter().copied().filter(|k| k.is_event()).collect()
+        self.kinds
+            .iter()
+            .copied()
+            .filter(|k| k.is_event())
+            .collect()
     }
 
     /// The event kinds, each repeated by its weight: a uniform draw from

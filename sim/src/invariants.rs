@@ -171,7 +171,9 @@ mod tests {
         inv.became_leader(1, 2).expect("first");
         inv.became_leader(1, 2).expect("the same node again");
         inv.became_leader(2, 3).expect("another term");
-        let v = inv.became_leader(3, 2).expect_err("second leader of term 2");
+        let v = inv
+            .became_leader(3, 2)
+            .expect_err("second leader of term 2");
         assert_eq!(v.invariant, ONE_LEADER_PER_TERM);
     }
 
@@ -200,9 +202,7 @@ mod tests {
         inv.acked(e(2, 1, "w"));
         let log_with = |i: u64| (i == 2).then(|| (1, b"w".to_vec()));
         inv.leader_holds_acked(1, 2, log_with).expect("held");
-        let v = inv
-            .leader_holds_acked(2, 3, |_| None)
-            .expect_err("missing");
+        let v = inv.leader_holds_acked(2, 3, |_| None).expect_err("missing");
         assert_eq!(v.invariant, ACKED_IN_LATER_LEADERS);
         assert!(Invariants::within_commit(1, 5, 4).is_err());
         assert!(Invariants::within_commit(1, 4, 4).is_ok());

@@ -7,7 +7,10 @@ use clap::Parser;
 use warden_sim::{run, BadModes, FaultMix, Outcome, SimConfig};
 
 #[derive(Parser, Debug)]
-#[command(name = "warden-sim", about = "Deterministic simulation of a Warden cluster")]
+#[command(
+    name = "warden-sim",
+    about = "Deterministic simulation of a Warden cluster"
+)]
 struct Args {
     /// Replay this one seed and print its whole trace.
     #[arg(long, conflicts_with_all = ["seeds", "from"])]
@@ -44,6 +47,9 @@ struct Args {
     /// KNOWN-BAD storage: the vote is not persisted.
     #[arg(long)]
     vote_not_persisted: bool,
+    /// Stop at the first failing seed (to find a known-bad mode's budget).
+    #[arg(long)]
+    stop: bool,
     /// Lines of a failing seed's trace to print (0: all of it).
     #[arg(long, default_value_t = 80)]
     tail: usize,
@@ -101,7 +107,9 @@ fn main() -> ExitCode {
     };
     let mut failed = 0u64;
     let mut differed = 0u64;
+    let mut ran = 0u64;
     for seed in from..from.saturating_add(count) {
+        ran += 1;
         let outcome = run(seed, &cfg);
         if args.twice {
             let again = run(seed, &cfg);
@@ -133,9 +141,12 @@ fn main() -> ExitCode {
             ),
             None => {}
         }
+        if args.stop && failed > 0 {
+            break;
+        }
     }
     println!(
-        "{count} seeds from {from}: {failed} failed{}",
+        "{ran} seeds from {from}: {failed} failed{}",
         if args.twice {
             format!(", {differed} with differing traces")
         } else {

@@ -133,9 +133,15 @@ mod tests {
         let mut rng = SimRng::new(2);
         net.cut(1, 2);
         assert_eq!(net.send(&mut rng, SimTime(0), 1, 2), Fate::Cut);
-        assert!(matches!(net.send(&mut rng, SimTime(0), 2, 1), Fate::Deliver(_)));
+        assert!(matches!(
+            net.send(&mut rng, SimTime(0), 2, 1),
+            Fate::Deliver(_)
+        ));
         net.heal();
-        assert!(matches!(net.send(&mut rng, SimTime(0), 1, 2), Fate::Deliver(_)));
+        assert!(matches!(
+            net.send(&mut rng, SimTime(0), 1, 2),
+            Fate::Deliver(_)
+        ));
     }
 
     #[test]

@@ -92,16 +92,43 @@ pub struct Outcome {
 }
 
 enum Event {
-    Tick { node: u64, gen: u64 },
-    Drive { node: u64, incarnation: u64 },
-    Deliver { to: u64, msg: Box<Message> },
-    LinkClosed { node: u64, peer: u64 },
-    Restart { node: u64 },
+    Tick {
+        node: u64,
+        gen: u64,
+    },
+    Drive {
+        node: u64,
+        incarnation: u64,
+    },
+    Deliver {
+        to: u64,
+        msg: Box<Message>,
+    },
+    LinkClosed {
+        node: u64,
+        peer: u64,
+    },
+    Restart {
+        node: u64,
+    },
     Fault,
-    Request { client: u64, node: u64, attempt: u64 },
-    Answer { client: u64, attempt: u64, answer: Answer },
-    Send { client: u64 },
-    Timeout { client: u64, attempt: u64 },
+    Request {
+        client: u64,
+        node: u64,
+        attempt: u64,
+    },
+    Answer {
+        client: u64,
+        attempt: u64,
+        answer: Answer,
+    },
+    Send {
+        client: u64,
+    },
+    Timeout {
+        client: u64,
+        attempt: u64,
+    },
 }
 
 impl Event {
@@ -487,20 +514,25 @@ impl World {
             let m = self.member(node);
             m.role = role;
             m.leader = leader;
-            self.note(node, format!("role {role:?}, term {term}, leader n{leader}"));
+            self.note(
+                node,
+                format!("role {role:?}, term {term}, leader n{leader}"),
+            );
             if role == StateRole::Leader {
                 self.inv.became_leader(node, term)?;
                 // Checked once the Ready is done: then the whole log the
                 // node leads with is in its storage.
-                let raft = self.members[(node - 1) as usize]
-                    .raft
-                    .as_ref()
-                    .expect("up");
+                let raft = self.members[(node - 1) as usize].raft.as_ref().expect("up");
                 let storage = raft.storage();
                 let log = |index: u64| {
                     let term = storage.term(index).ok()?;
                     let e = storage
-                        .entries(index, index + 1, None, raft::GetEntriesContext::empty(false))
+                        .entries(
+                            index,
+                            index + 1,
+                            None,
+                            raft::GetEntriesContext::empty(false),
+                        )
                         .ok()?;
                     Some((term, e.first()?.data.to_vec()))
                 };
@@ -544,10 +576,7 @@ impl World {
                         } else {
                             ""
                         };
-                        self.note(
-                            node,
-                            format!("send {text} to n{to}, arrives {at}ms{dup}"),
-                        );
+                        self.note(node, format!("send {text} to n{to}, arrives {at}ms{dup}"));
                     }
                 }
             }
@@ -566,16 +595,15 @@ impl World {
         self.inv.applied(node, &e)?;
         self.note(
             node,
-            format!(
-                "apply {} {}",
-                e.index,
-                invariants::show(&e.data)
-            ),
+            format!("apply {} {}", e.index, invariants::show(&e.data)),
         );
         let waiting = self.member(node).pending.remove(&e.data);
         if let Some((client, attempt)) = waiting {
             self.stats.acked += 1;
-            self.note(node, format!("ack {} to c{client}", invariants::show(&e.data)));
+            self.note(
+                node,
+                format!("ack {} to c{client}", invariants::show(&e.data)),
+            );
             self.inv.acked(e.clone());
             let delay = self
                 .rng
@@ -618,7 +646,9 @@ impl World {
         if !m.is_up() || m.leader != peer || m.role == StateRole::Leader {
             return Ok(());
         }
-        let voters = self.with_raft(node, |r| r.conf_state().voters)?.unwrap_or_default();
+        let voters = self
+            .with_raft(node, |r| r.conf_state().voters)?
+            .unwrap_or_default();
         let first = voters.iter().copied().filter(|&v| v != peer).min();
         let campaign = first == Some(node);
         self.note(
@@ -647,8 +677,13 @@ impl World {
         for peer in self.voters.clone() {
             if peer != node && self.member(peer).is_up() {
                 let delay = self.rng.between(100, 2_000);
-                self.sched
-                    .after_us(delay, Event::LinkClosed { node: peer, peer: node });
+                self.sched.after_us(
+                    delay,
+                    Event::LinkClosed {
+                        node: peer,
+                        peer: node,
+                    },
+                );
             }
         }
     }
