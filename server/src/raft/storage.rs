@@ -835,3 +835,7 @@ impl raft::Storage for DiskStorage {
 #[cfg(test)]
 #[path = "storage_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "storage_crash_tests.rs"]
+mod crash_tests;
