@@ -27,6 +27,7 @@ use std::path::Path;
 
 pub use mem::{Crash, CrashReport, Faults, Kept, MemFiles};
 pub use os::OsFiles;
+pub(crate) use os::{written_back, WRITEBACK_CHUNK};
 
 /// A file system: names in directories, and files opened by name.
 /// Shared (`Arc<dyn Files>`) by everything that keeps raft's state.
