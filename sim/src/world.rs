@@ -233,7 +233,7 @@ impl World {
             } else {
                 0
             };
-            let disk = SimDisk::new().map_err(|e| format!("a disk for n{id}: {e}"))?;
+            let disk = SimDisk::new(rng.fork());
             members.push(Member::new(id, disk, NodeClock::new(drift)));
             if drift != 0 {
                 trace.push(SimTime::default(), id, format!("clock drift {drift}ppm"));
