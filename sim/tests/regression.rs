@@ -6,14 +6,14 @@ use warden_sim::{run, SimConfig};
 /// (seed, why it is here).
 const SEEDS: &[(u64, &str)] = &[
     (1, "four nodes, power losses, partitions, a clock jump"),
-    (2, "every fault kind in the mix"),
-    (3, "every fault kind in the mix"),
+    (3, "catches a vote not persisted (two leaders of term 1)"),
+    (11, "catches skip-fsync (a commit index past the log)"),
 ];
 
 #[test]
 fn the_regression_seeds_pass() {
     let cfg = SimConfig {
-        duration_ms: 5_000,
+        duration_ms: 10_000,
         ..SimConfig::default()
     };
     for &(seed, why) in SEEDS {
