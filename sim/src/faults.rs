@@ -34,9 +34,12 @@ pub enum Kind {
     Duplicate,
     /// Messages on one link overtake each other.
     Reorder,
+    /// Each disk flips a bit in some reads and fails some writes and
+    /// syncs (rates drawn for the run).
+    Disk,
 }
 
-pub const ALL: [Kind; 10] = [
+pub const ALL: [Kind; 11] = [
     Kind::Crash,
     Kind::PowerLoss,
     Kind::Partition,
@@ -47,6 +50,7 @@ pub const ALL: [Kind; 10] = [
     Kind::Drop,
     Kind::Duplicate,
     Kind::Reorder,
+    Kind::Disk,
 ];
 
 impl Kind {
@@ -62,6 +66,7 @@ impl Kind {
             Kind::Drop => "drop",
             Kind::Duplicate => "duplicate",
             Kind::Reorder => "reorder",
+            Kind::Disk => "disk",
         }
     }
 
@@ -73,13 +78,16 @@ impl Kind {
             Kind::Crash | Kind::Heal => 3,
             Kind::Partition | Kind::OneWay => 2,
             Kind::PowerLoss | Kind::Clock | Kind::Pause => 1,
-            Kind::Drop | Kind::Duplicate | Kind::Reorder => 0,
+            Kind::Drop | Kind::Duplicate | Kind::Reorder | Kind::Disk => 0,
         }
     }
 
     /// Drawn as events during the run (the others shape the whole run).
     pub fn is_event(self) -> bool {
-        !matches!(self, Kind::Drop | Kind::Duplicate | Kind::Reorder)
+        !matches!(
+            self,
+            Kind::Drop | Kind::Duplicate | Kind::Reorder | Kind::Disk
+        )
     }
 }
 

@@ -15,6 +15,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use raft::eraftpb::Message;
 use raft::{StateRole, Storage as _};
+use warden_server::raft::files::Faults;
 use warden_server::raft::node::RaftTiming;
 
 use crate::client::{self, Answer, Client};
@@ -234,6 +235,15 @@ impl World {
                 0
             };
             let disk = SimDisk::new(rng.fork());
+            if cfg.faults.has(Kind::Disk) {
+                let faults = Faults {
+                    read_flip_per_million: rng.between(0, 200) as u32,
+                    write_fail_per_million: rng.between(0, 200) as u32,
+                    sync_fail_per_million: rng.between(0, 200) as u32,
+                };
+                trace.push(SimTime::default(), id, format!("disk faults {faults:?}"));
+                disk.set_faults(faults);
+            }
             members.push(Member::new(id, disk, NodeClock::new(drift)));
             if drift != 0 {
                 trace.push(SimTime::default(), id, format!("clock drift {drift}ppm"));
@@ -327,7 +337,12 @@ impl World {
             }
             Event::Deliver { to, msg } => self.deliver(to, *msg),
             Event::LinkClosed { node, peer } => self.link_closed(node, peer),
-            Event::Restart { node } => self.start(node),
+            Event::Restart { node } => {
+                if self.member(node).is_up() {
+                    return Ok(());
+                }
+                self.start(node)
+            }
             Event::Fault => {
                 self.fault()?;
                 let wait = self.rng.exponential(self.cfg.fault_mean_ms * US_PER_MS);
@@ -393,9 +408,10 @@ impl World {
         match started {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
-                // A node that cannot open its storage stays down, as the
-                // server refuses to start: safe, if not live.
-                self.note(node, format!("start failed, stays down: {e}"));
+                // The server refuses to start (safe, if not live); its
+                // supervisor tries again later, as for a node that stopped.
+                self.note(node, format!("start failed: {e}"));
+                self.schedule_restart(node);
                 return Ok(());
             }
             Err(panic) => {
@@ -497,6 +513,7 @@ impl World {
                 // The node stops, as the server's core does on an error.
                 self.note(node, format!("stopped: {e}"));
                 self.crash(node, false);
+                self.schedule_restart(node);
                 return Ok(());
             }
             self.after_ready(node, out)?;
@@ -773,7 +790,7 @@ impl World {
                 self.member(node).paused_until = until;
                 self.note(node, format!("fault: stalls {ms}ms"));
             }
-            Kind::Drop | Kind::Duplicate | Kind::Reorder => {}
+            Kind::Drop | Kind::Duplicate | Kind::Reorder | Kind::Disk => {}
         }
         Ok(())
     }
