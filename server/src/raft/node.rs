@@ -564,7 +564,11 @@ mod tests {
         x.set_election_jitter_seed(7);
         y.set_election_jitter_seed(7);
         z.set_election_jitter_seed(8);
-        let (tx, ty, tz) = (timeouts(&mut x, 300), timeouts(&mut y, 300), timeouts(&mut z, 300));
+        let (tx, ty, tz) = (
+            timeouts(&mut x, 300),
+            timeouts(&mut y, 300),
+            timeouts(&mut z, 300),
+        );
         assert_eq!(tx, ty, "one seed, one sequence of timeouts");
         assert_ne!(tx, tz, "another seed, another sequence");
         assert!(tx.iter().all(|t| (5..10).contains(t)), "{tx:?}");
