@@ -18,6 +18,11 @@ impl SimTime {
     pub fn plus_ms(self, ms: u64) -> Self {
         self.plus_us(ms * US_PER_MS)
     }
+
+    /// Milliseconds with three decimals, unpadded (within a line).
+    pub fn ms(self) -> String {
+        format!("{}.{:03}ms", self.0 / US_PER_MS, self.0 % US_PER_MS)
+    }
 }
 
 impl fmt::Display for SimTime {

@@ -596,7 +596,10 @@ impl World {
                         } else {
                             ""
                         };
-                        self.note(node, format!("send {text} to n{to}, arrives {at}ms{dup}"));
+                        self.note(
+                            node,
+                            format!("send {text} to n{to}, arrives {}{dup}", at.ms()),
+                        );
                     }
                 }
             }
