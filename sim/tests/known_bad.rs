@@ -1,13 +1,15 @@
 //! Proof that the checks can fail: each of the storage's known-bad modes
-//! breaks an invariant within a stated budget of seeds, and the seed that
-//! catches it passes with the real storage (so it is the mode that broke
-//! it, not the simulator).
+//! breaks one of the simulator's own invariants (raft-rs's assertions
+//! often catch these modes first; they count in the CLI, not here) within
+//! a stated budget of seeds, and the seed that catches it passes with the
+//! real storage (so it is the mode that broke it, not the simulator).
 //!
 //! The budgets are kept small for CI (each test stops at its first caught
 //! seed: about a second); docs/simulation.md gives the rates over 1,000
 //! seeds. A change to the simulator that draws differently moves which
 //! seed catches a mode: the budget is the promise, not the seed.
 
+use warden_sim::invariants::RAFT_ASSERTION;
 use warden_sim::{run, BadModes, SimConfig};
 
 /// Seeds 0.. of this many, 10 simulated seconds each.
@@ -25,7 +27,10 @@ fn caught_within_budget(bad: BadModes) {
     let cfg = config(bad.clone());
     let caught = (0..BUDGET_SEEDS).find_map(|seed| {
         let outcome = run(seed, &cfg);
-        outcome.violation.map(|v| (seed, v))
+        outcome
+            .violation
+            .filter(|v| v.invariant != RAFT_ASSERTION)
+            .map(|v| (seed, v))
     });
     let Some((seed, violation)) = caught else {
         panic!("{bad:?} went uncaught in seeds 0..{BUDGET_SEEDS}");

@@ -5,9 +5,12 @@ use warden_sim::{run, SimConfig};
 
 /// (seed, why it is here).
 const SEEDS: &[(u64, &str)] = &[
-    (1, "four nodes, power losses, partitions, a clock jump"),
-    (3, "catches a vote not persisted (two leaders of term 1)"),
-    (11, "catches skip-fsync (a commit index past the log)"),
+    (
+        1,
+        "four nodes, power losses, partitions, a clock jump, disk faults",
+    ),
+    (4, "catches skip-fsync (a second vote in term 2)"),
+    (12, "catches a vote not persisted (two leaders of term 1)"),
 ];
 
 #[test]
