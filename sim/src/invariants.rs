@@ -10,6 +10,10 @@
 //! - **Leader completeness**: an acknowledged write (committed and applied
 //!   on the node that proposed it) is in the log of every later leader.
 //! - **Commit bound**: no node applies past the commit index it knows.
+//! - **Crash recovery**: a crash alone never keeps a node from starting
+//!   (the storage's checks refuse damage, and a crash is not damage). With
+//!   disk faults a read may flip a bit at a start, so only a refusal that
+//!   lasts [`FAILED_STARTS_MAX`] tries is a violation then.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -39,6 +43,9 @@ pub const ONE_VOTE_PER_TERM: &str = "one vote per node per term";
 pub const SAME_ENTRY_AT_AN_INDEX: &str = "same applied entry at an index";
 pub const ACKED_IN_LATER_LEADERS: &str = "acknowledged writes in every later leader's log";
 pub const APPLIED_WITHIN_COMMIT: &str = "no apply past the commit index";
+pub const CRASH_RECOVERABLE: &str = "a crash alone never keeps a node from starting";
+/// Starts in a row a node may fail when its disk flips bits on reads.
+pub const FAILED_STARTS_MAX: u32 = 5;
 /// raft-rs's own assertions (it panics on a log it finds lost or
 /// truncated, such as a commit index past its last entry).
 pub const RAFT_ASSERTION: &str = "raft's own assertion";

@@ -45,6 +45,8 @@ pub struct Member {
     /// What raft last said of the role and the leader.
     pub role: StateRole,
     pub leader: u64,
+    /// Starts refused in a row.
+    pub failed_starts: u32,
 }
 
 impl Member {
@@ -63,6 +65,7 @@ impl Member {
             pending: BTreeMap::new(),
             role: StateRole::Follower,
             leader: 0,
+            failed_starts: 0,
         }
     }
 

@@ -9,7 +9,7 @@
 //! seeds. A change to the simulator that draws differently moves which
 //! seed catches a mode: the budget is the promise, not the seed.
 
-use warden_sim::invariants::RAFT_ASSERTION;
+use warden_sim::invariants::{CRASH_RECOVERABLE, RAFT_ASSERTION};
 use warden_sim::{run, BadModes, SimConfig};
 
 /// Seeds 0.. of this many, 10 simulated seconds each.
@@ -27,9 +27,11 @@ fn caught_within_budget(bad: BadModes) {
     let cfg = config(bad.clone());
     let caught = (0..BUDGET_SEEDS).find_map(|seed| {
         let outcome = run(seed, &cfg);
+        // The watermark's torn first raise (tests/regression.rs) fails a
+        // few seeds on the real storage too: not this mode's doing.
         outcome
             .violation
-            .filter(|v| v.invariant != RAFT_ASSERTION)
+            .filter(|v| v.invariant != RAFT_ASSERTION && v.invariant != CRASH_RECOVERABLE)
             .map(|v| (seed, v))
     });
     let Some((seed, violation)) = caught else {

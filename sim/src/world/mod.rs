@@ -409,11 +409,20 @@ impl World {
             self.member(node).start(&voters, &timing, &bad, jitter)
         }));
         match started {
-            Ok(Ok(())) => {}
+            Ok(Ok(())) => self.member(node).failed_starts = 0,
             Ok(Err(e)) => {
                 // The server refuses to start (safe, if not live); its
                 // supervisor tries again later, as for a node that stopped.
                 self.note(node, format!("start failed: {e}"));
+                let m = self.member(node);
+                m.failed_starts += 1;
+                let failed = m.failed_starts;
+                if !self.cfg.faults.has(Kind::Disk) || failed >= invariants::FAILED_STARTS_MAX {
+                    return Err(Violation {
+                        invariant: invariants::CRASH_RECOVERABLE,
+                        detail: format!("n{node} refused to start {failed} times in a row: {e}"),
+                    });
+                }
                 self.schedule_restart(node);
                 return Ok(());
             }
