@@ -1,5 +1,6 @@
-//! Raft: the log and hard state on disk ([`storage`]), snapshot files
-//! ([`snapfile`]), the node that drives
+//! Raft: the log and hard state on disk ([`storage`], in a log store:
+//! [`logstore`]), snapshot files ([`snapfile`]), both over a file layer
+//! the simulator can crash ([`files`]), the node that drives
 //! `raft::RawNode` through its Ready loop ([`node`]), and the bridge from
 //! raft-rs's slog logging into tracing ([`logger`]), the check every
 //! raft protobuf from outside passes before it is decoded ([`wire_guard`]),
@@ -7,8 +8,10 @@
 //! link speaks for ([`peer_auth`]), and the disaster-recovery start as the
 //! group's only voter ([`force_new_cluster`]).
 
+pub mod files;
 pub mod force_new_cluster;
 pub mod logger;
+pub mod logstore;
 pub mod node;
 pub mod peer_auth;
 mod peer_link;

@@ -12,6 +12,8 @@ use raft::eraftpb::{
     ConfChange, ConfChangeType, ConfState, Entry, EntryType, Message, MessageType, Snapshot,
 };
 use raft::{RawNode, ReadState, SnapshotStatus, SoftState, StateRole};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 use super::logger::raft_logger;
 use super::storage::{DiskStorage, StorageError};
@@ -87,6 +89,12 @@ pub struct RaftTiming {
 
 pub struct RaftNode {
     raw: RawNode<DiskStorage>,
+    /// Where the randomized election timeout comes from when it must follow
+    /// from a seed (the simulator); `None`: raft-rs's own `thread_rng`.
+    jitter: Option<StdRng>,
+    /// The range raft-rs draws the randomized election timeout from, in
+    /// ticks: `[min, max)`, from the config it was opened with.
+    election_ticks: (usize, usize),
     io: IoCounters,
     /// Histograms for `/metrics`, when someone exports them.
     io_histograms: Option<(
@@ -137,12 +145,15 @@ impl RaftNode {
         };
         config.validate()?;
         let mut raw = RawNode::new(&config, storage, &raft_logger())?;
+        let election_ticks = (config.min_election_tick(), config.max_election_tick());
         // A group of one need not wait an election timeout to lead itself.
         if voters == [id] && raw.raft.prs().conf().voters().ids().len() == 1 {
             raw.campaign()?;
         }
         Ok(Self {
             raw,
+            election_ticks,
+            jitter: None,
             io: IoCounters::default(),
             io_histograms: None,
         })
@@ -150,6 +161,47 @@ impl RaftNode {
 
     pub fn id(&self) -> u64 {
         self.raw.raft.id
+    }
+
+    /// From now on, draws the randomized election timeout from a generator
+    /// seeded with `seed` instead of raft-rs's `thread_rng`, so that a
+    /// node's whole history follows from its inputs (the simulator). The
+    /// real server leaves it unset: its jitter stays OS-seeded.
+    ///
+    /// raft-rs 0.7 has no hook for its generator: it draws in `reset` (on
+    /// becoming follower, candidate or leader; not pre-candidate), which
+    /// almost every call into raft may reach. So after each such call, when a
+    /// reset may have happened, the timeout is drawn again here, from the
+    /// same range, and raft's own draw is overwritten. Every reset leaves
+    /// `election_elapsed` at 0 (a tick increments it before it can reset),
+    /// so "0 after the call" covers them all; it also catches the calls
+    /// that only zero the counter (a leader's message to a follower, a
+    /// leader's quorum check), where raft would keep its old timeout:
+    /// drawing again there leaves the timeout just as uniform over the
+    /// same range, and what it is depends only on the seed and the calls.
+    pub fn set_election_jitter_seed(&mut self, seed: u64) {
+        self.jitter = Some(StdRng::seed_from_u64(seed));
+        self.draw_election_timeout();
+    }
+
+    /// The election timeout raft currently waits for, in ticks.
+    pub fn election_timeout_ticks(&self) -> usize {
+        self.raw.raft.randomized_election_timeout()
+    }
+
+    /// After any call into raft: see [`Self::set_election_jitter_seed`].
+    fn after_raft_call(&mut self) {
+        if self.jitter.is_some() && self.raw.raft.election_elapsed == 0 {
+            self.draw_election_timeout();
+        }
+    }
+
+    fn draw_election_timeout(&mut self) {
+        if let Some(rng) = &mut self.jitter {
+            let (min, max) = self.election_ticks;
+            let ticks = rng.random_range(min..max);
+            self.raw.raft.set_randomized_election_timeout(ticks);
+        }
     }
 
     pub fn is_leader(&self) -> bool {
@@ -178,14 +230,19 @@ impl RaftNode {
         if campaign {
             let _ = self.raw.campaign();
         }
+        self.after_raft_call();
     }
 
     pub fn tick(&mut self) -> bool {
-        self.raw.tick()
+        let ready = self.raw.tick();
+        self.after_raft_call();
+        ready
     }
 
     pub fn propose(&mut self, data: Vec<u8>) -> Result<(), raft::Error> {
-        self.raw.propose(vec![], data)
+        let result = self.raw.propose(vec![], data);
+        self.after_raft_call();
+        result
     }
 
     pub fn propose_conf_change(
@@ -193,7 +250,9 @@ impl RaftNode {
         context: Vec<u8>,
         change: ConfChange,
     ) -> Result<(), raft::Error> {
-        self.raw.propose_conf_change(context, change)
+        let result = self.raw.propose_conf_change(context, change);
+        self.after_raft_call();
+        result
     }
 
     /// Voters and learners of the group, as last applied.
@@ -207,17 +266,21 @@ impl RaftNode {
     }
 
     pub fn read_index(&mut self, ctx: Vec<u8>) {
-        self.raw.read_index(ctx)
+        self.raw.read_index(ctx);
+        self.after_raft_call();
     }
 
     pub fn step(&mut self, msg: Message) -> Result<(), raft::Error> {
-        self.raw.step(msg)
+        let result = self.raw.step(msg);
+        self.after_raft_call();
+        result
     }
 
     /// How a snapshot transfer to `to` ended: raft resumes replicating to
     /// it (`Finish`), or probes it again and sends another (`Failure`).
     pub fn report_snapshot(&mut self, to: u64, status: SnapshotStatus) {
-        self.raw.report_snapshot(to, status)
+        self.raw.report_snapshot(to, status);
+        self.after_raft_call();
     }
 
     pub fn has_ready(&self) -> bool {
@@ -290,6 +353,14 @@ impl RaftNode {
 
     /// Handles one Ready, in raft-rs's documented order.
     pub fn on_ready(&mut self, handler: &mut impl ReadyHandler) -> Result<(), NodeError> {
+        let handled = self.handle_ready(handler);
+        // Applying a conf change and reporting unreachable peers call into
+        // raft too.
+        self.after_raft_call();
+        handled
+    }
+
+    fn handle_ready(&mut self, handler: &mut impl ReadyHandler) -> Result<(), NodeError> {
         if !self.raw.has_ready() {
             return Ok(());
         }
@@ -452,4 +523,56 @@ pub enum NodeError {
     Storage(#[from] StorageError),
     #[error("corrupt log entry: {0}")]
     Corrupt(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lone_member_of_three(dir: &std::path::Path) -> RaftNode {
+        let storage = DiskStorage::open(&dir.join("raft"), &dir.join("snap")).expect("storage");
+        let timing = RaftTiming {
+            election_ticks: 5,
+            heartbeat_ticks: 1,
+        };
+        RaftNode::open(1, vec![1, 2, 3], false, storage, &timing, 0).expect("node")
+    }
+
+    /// The timeouts a node waits for over `ticks` ticks alone (it
+    /// campaigns again at every timeout, each a fresh draw).
+    fn timeouts(node: &mut RaftNode, ticks: usize) -> Vec<usize> {
+        (0..ticks)
+            .map(|_| {
+                node.tick();
+                node.election_timeout_ticks()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_seeded_election_timeout_follows_from_the_seed_in_rafts_range() {
+        let (a, b, c) = (
+            tempfile::tempdir().expect("tempdir"),
+            tempfile::tempdir().expect("tempdir"),
+            tempfile::tempdir().expect("tempdir"),
+        );
+        let (mut x, mut y, mut z) = (
+            lone_member_of_three(a.path()),
+            lone_member_of_three(b.path()),
+            lone_member_of_three(c.path()),
+        );
+        x.set_election_jitter_seed(7);
+        y.set_election_jitter_seed(7);
+        z.set_election_jitter_seed(8);
+        let (tx, ty, tz) = (
+            timeouts(&mut x, 300),
+            timeouts(&mut y, 300),
+            timeouts(&mut z, 300),
+        );
+        assert_eq!(tx, ty, "one seed, one sequence of timeouts");
+        assert_ne!(tx, tz, "another seed, another sequence");
+        assert!(tx.iter().all(|t| (5..10).contains(t)), "{tx:?}");
+        let distinct: std::collections::BTreeSet<_> = tx.iter().collect();
+        assert!(distinct.len() > 1, "drawn again: {distinct:?}");
+    }
 }

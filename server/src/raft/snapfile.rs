@@ -19,17 +19,21 @@
 //! an error naming the file, never a snapshot with wrong contents.
 //!
 //! This module owns the files; which snapshot is current, and when older
-//! ones may go, is [`super::storage`]'s to say.
+//! ones may go, is [`super::storage`]'s to say. It reaches them through
+//! the file layer ([`super::files`]): the real file system for the
+//! server, a simulated disk for the simulator.
 
-use std::fs::{self, File};
-use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use protobuf::Message as _;
 use raft::eraftpb::{Snapshot, SnapshotMetadata};
 use xxhash_rust::xxh3::Xxh3;
 
+use super::files::{self, Files};
 use super::storage::StorageError;
+
+pub(crate) use super::files::written_back;
 
 const MAGIC: &[u8; 8] = b"WRDNSNAP";
 const VERSION: u32 = 1;
@@ -43,6 +47,7 @@ const TMP_SUFFIX: &str = ".snap.tmp";
 #[derive(Debug, Clone)]
 pub struct SnapDir {
     dir: PathBuf,
+    files: Arc<dyn Files>,
 }
 
 fn io_error(what: &str, path: &Path, e: std::io::Error) -> StorageError {
@@ -61,20 +66,40 @@ fn damaged(path: &Path, detail: impl std::fmt::Display) -> StorageError {
 }
 
 impl SnapDir {
-    /// Opens (creating) the directory and removes temporary files a crash
-    /// left behind.
+    /// Opens (creating) the directory on the real file system and removes
+    /// temporary files a crash left behind.
     pub fn open(dir: &Path) -> Result<Self, StorageError> {
-        fs::create_dir_all(dir).map_err(|e| io_error("creating", dir, e))?;
+        Self::open_on(files::os(), dir)
+    }
+
+    /// As [`Self::open`], on the file layer `files`.
+    pub fn open_on(files: Arc<dyn Files>, dir: &Path) -> Result<Self, StorageError> {
+        files
+            .create_dir_all(dir)
+            .map_err(|e| io_error("creating", dir, e))?;
         let snaps = SnapDir {
             dir: dir.to_path_buf(),
+            files,
         };
-        for entry in fs::read_dir(dir).map_err(|e| io_error("listing", dir, e))? {
-            let path = entry.map_err(|e| io_error("listing", dir, e))?.path();
-            if path.to_str().is_some_and(|p| p.ends_with(TMP_SUFFIX)) {
-                fs::remove_file(&path).map_err(|e| io_error("removing", &path, e))?;
+        for name in snaps
+            .files
+            .list(dir)
+            .map_err(|e| io_error("listing", dir, e))?
+        {
+            if name.to_str().is_some_and(|n| n.ends_with(TMP_SUFFIX)) {
+                let path = dir.join(name);
+                snaps
+                    .files
+                    .remove(&path)
+                    .map_err(|e| io_error("removing", &path, e))?;
             }
         }
         Ok(snaps)
+    }
+
+    /// The file layer the snapshots are on.
+    pub fn files(&self) -> &Arc<dyn Files> {
+        &self.files
     }
 
     /// The file of the snapshot at `index`/`term`.
@@ -85,9 +110,11 @@ impl SnapDir {
     /// The snapshots present, by (index, term), oldest first.
     pub fn list(&self) -> Result<Vec<(u64, u64)>, StorageError> {
         let mut found = Vec::new();
-        for entry in fs::read_dir(&self.dir).map_err(|e| io_error("listing", &self.dir, e))? {
-            let entry = entry.map_err(|e| io_error("listing", &self.dir, e))?;
-            let name = entry.file_name();
+        let names = self
+            .files
+            .list(&self.dir)
+            .map_err(|e| io_error("listing", &self.dir, e))?;
+        for name in names {
             let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(SUFFIX)) else {
                 continue;
             };
@@ -96,7 +123,7 @@ impl SnapDir {
                 .and_then(|(i, t)| Some((i.parse().ok()?, t.parse().ok()?)));
             match parsed {
                 Some(it) => found.push(it),
-                None => return Err(damaged(&entry.path(), "not a snapshot file name")),
+                None => return Err(damaged(&self.dir.join(&name), "not a snapshot file name")),
             }
         }
         found.sort_unstable();
@@ -110,23 +137,23 @@ impl SnapDir {
         let tmp = path.with_extension(&TMP_SUFFIX[1..]);
         let (header, meta_bytes, sum) = head(meta, data)?;
         let write = || -> std::io::Result<()> {
-            let mut f = File::create(&tmp)?;
-            f.write_all(&header)?;
-            f.write_all(&meta_bytes)?;
+            let mut f = self.files.create(&tmp)?;
+            f.append(&header)?;
+            f.append(&meta_bytes)?;
             let mut written = (HEADER_LEN + meta_bytes.len()) as u64;
-            for chunk in data.chunks(WRITEBACK_CHUNK) {
-                f.write_all(chunk)?;
-                written_back(&f, written, chunk.len() as u64);
+            for chunk in data.chunks(files::WRITEBACK_CHUNK) {
+                f.append(chunk)?;
+                f.write_back(written, chunk.len() as u64);
                 written += chunk.len() as u64;
             }
-            f.write_all(&sum.to_le_bytes())?;
+            f.append(&sum.to_le_bytes())?;
             f.sync_all()?;
             drop(f);
-            fs::rename(&tmp, &path)?;
-            File::open(&self.dir)?.sync_all()
+            self.files.rename(&tmp, &path)?;
+            self.files.sync_dir(&self.dir)
         };
         write().map_err(|e| {
-            let _ = fs::remove_file(&tmp);
+            let _ = self.files.remove(&tmp);
             io_error("writing", &path, e)
         })?;
         Ok(path)
@@ -146,8 +173,8 @@ impl SnapDir {
     pub fn adopt(&self, tmp: &Path, meta: &SnapshotMetadata) -> Result<PathBuf, StorageError> {
         let path = self.path_of(meta.index, meta.term);
         let adopt = || -> std::io::Result<()> {
-            fs::rename(tmp, &path)?;
-            File::open(&self.dir)?.sync_all()
+            self.files.rename(tmp, &path)?;
+            self.files.sync_dir(&self.dir)
         };
         adopt().map_err(|e| io_error("installing", &path, e))?;
         Ok(path)
@@ -157,13 +184,12 @@ impl SnapDir {
     /// in its trailer (what a transfer of it is described by), read
     /// without reading the file.
     pub fn describe(&self, index: u64, term: u64) -> Result<(u64, u64), StorageError> {
-        use std::os::unix::fs::FileExt as _;
         let path = self.path_of(index, term);
-        let f = File::open(&path).map_err(|e| io_error("opening", &path, e))?;
-        let size = f
-            .metadata()
-            .map_err(|e| io_error("reading", &path, e))?
-            .len();
+        let f = self
+            .files
+            .open_read(&path)
+            .map_err(|e| io_error("opening", &path, e))?;
+        let size = f.len().map_err(|e| io_error("reading", &path, e))?;
         if size < (HEADER_LEN + CHECKSUM_LEN) as u64 {
             return Err(damaged(
                 &path,
@@ -180,17 +206,17 @@ impl SnapDir {
     /// alone (the checksum is checked when the whole file is read).
     pub fn read_meta(&self, index: u64, term: u64) -> Result<SnapshotMetadata, StorageError> {
         let path = self.path_of(index, term);
-        let mut f = File::open(&path).map_err(|e| io_error("opening", &path, e))?;
-        let size = f
-            .metadata()
-            .map_err(|e| io_error("reading", &path, e))?
-            .len();
+        let f = self
+            .files
+            .open_read(&path)
+            .map_err(|e| io_error("opening", &path, e))?;
+        let size = f.len().map_err(|e| io_error("reading", &path, e))?;
         let mut header = [0u8; HEADER_LEN];
-        f.read_exact(&mut header)
+        f.read_exact_at(&mut header, 0)
             .map_err(|_| damaged(&path, format!("{size} bytes, shorter than a header")))?;
         let (meta_len, _) = check_header(&header, size).map_err(|d| damaged(&path, d))?;
         let mut meta = vec![0u8; meta_len];
-        f.read_exact(&mut meta)
+        f.read_exact_at(&mut meta, HEADER_LEN as u64)
             .map_err(|e| io_error("reading", &path, e))?;
         parse_meta(&path, &meta, index, term)
     }
@@ -198,7 +224,10 @@ impl SnapDir {
     /// Reads and checks the whole snapshot at `index`/`term`.
     pub fn read(&self, index: u64, term: u64) -> Result<Snapshot, StorageError> {
         let path = self.path_of(index, term);
-        let bytes = fs::read(&path).map_err(|e| io_error("reading", &path, e))?;
+        let bytes = self
+            .files
+            .read(&path)
+            .map_err(|e| io_error("reading", &path, e))?;
         let snap = decode_with(&path, bytes, damaged)?;
         let meta = snap.get_metadata();
         if meta.index != index || meta.term != term {
@@ -219,7 +248,9 @@ impl SnapDir {
         for it in self.list()? {
             if it != keep {
                 let path = self.path_of(it.0, it.1);
-                fs::remove_file(&path).map_err(|e| io_error("removing", &path, e))?;
+                self.files
+                    .remove(&path)
+                    .map_err(|e| io_error("removing", &path, e))?;
             }
         }
         Ok(())
@@ -228,7 +259,7 @@ impl SnapDir {
     /// Removes the snapshot file at `index`/`term`, if there.
     pub fn remove(&self, index: u64, term: u64) -> Result<(), StorageError> {
         let path = self.path_of(index, term);
-        match fs::remove_file(&path) {
+        match self.files.remove(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(io_error("removing", &path, e))
             }
@@ -327,41 +358,6 @@ fn decode_with(
     Ok(snap)
 }
 
-/// Bytes written between two writebacks of a snapshot file.
-const WRITEBACK_CHUNK: usize = 4 << 20;
-
-/// Sends the chunk just written at `offset` to the disk and waits for the
-/// one before it: a snapshot of a hundred megabytes then never sits dirty
-/// in the page cache whole, to be flushed by one fsync that the log's
-/// fsyncs (on the core) would queue behind for a second or more.
-pub(crate) fn written_back(f: &File, offset: u64, len: u64) {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd as _;
-        let fd = f.as_raw_fd();
-        let (Ok(off), Ok(n)) = (i64::try_from(offset), i64::try_from(len)) else {
-            return;
-        };
-        // SAFETY: plain syscalls on a file descriptor this function
-        // borrows; errors only mean the final fsync does more work.
-        unsafe {
-            libc::sync_file_range(fd, off, n, libc::SYNC_FILE_RANGE_WRITE);
-            if let Some(prev) = off.checked_sub(WRITEBACK_CHUNK as i64).filter(|p| *p >= 0) {
-                libc::sync_file_range(
-                    fd,
-                    prev,
-                    WRITEBACK_CHUNK as i64,
-                    libc::SYNC_FILE_RANGE_WAIT_BEFORE
-                        | libc::SYNC_FILE_RANGE_WRITE
-                        | libc::SYNC_FILE_RANGE_WAIT_AFTER,
-                );
-            }
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (f, offset, len);
-}
-
 /// The metadata and data lengths a header announces, checked against the
 /// file's size; else what is wrong.
 /// Checks a file's header against its size: magic bytes, a format version
@@ -415,6 +411,7 @@ fn parse_meta(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn meta(index: u64, term: u64) -> SnapshotMetadata {
         let mut m = SnapshotMetadata {

@@ -1,9 +1,15 @@
-//! Raft's durable state: the log, the hard state and the conf state in
-//! fjall, the latest snapshot in a file of its own ([`super::snapfile`]).
+//! Raft's durable state: the log, the hard state and the conf state in a
+//! log store ([`super::logstore`]: fjall for the server), the latest
+//! snapshot in a file of its own ([`super::snapfile`]), the synced
+//! watermark in another ([`super::watermark`]); the files through the file
+//! layer ([`super::files`]), so that the simulator runs this code, its
+//! bookkeeping, recovery and checks, over a simulated disk
+//! ([`DiskStorage::open_on`]).
 //!
-//! Entries live on disk only (fjall's block cache keeps the hot tail in
-//! memory); what we keep in memory is the index/term bookkeeping raft asks
-//! for on every step. Writes go into fjall's journal without a sync; the
+//! Entries live in the store (fjall keeps the hot tail in its block cache;
+//! the file log keeps everything in memory); what we keep here is the
+//! index/term bookkeeping raft asks for on every step. Writes go into the
+//! store's journal without a sync; the
 //! raft task calls [`DiskStorage::sync`] once per Ready, so one fsync covers
 //! every entry and hard-state change of that batch (group commit).
 //!
@@ -28,35 +34,29 @@
 
 use std::collections::VecDeque;
 use std::path::Path;
+use std::sync::Arc;
 
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState, StorageError as RaftStorageError};
 
+use super::files::{self, Files};
+use super::logstore::{FileLog, FjallLog, LogBatch, LogKind, LogStore, MetaKey, Persist};
 use super::snapfile::SnapDir;
 use super::snapstream::Descriptor;
 use super::watermark::{Mark, Synced, Vote, Watermark, WatermarkError};
 
-/// fjall's block cache (the log's hot tail for followers that lag a
-/// little). Entries are read back only to send them to a follower or to
-/// apply them right after they were written, so a small cache serves.
-pub const BLOCK_CACHE_BYTES: u64 = 32 * 1024 * 1024;
-/// The log's memtable: written entries stay in memory until this much has
-/// gathered, then go to a table on disk (fjall's default is 64 MiB).
-pub const LOG_MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
-/// The metadata's memtable (hard state, conf state, log start: tiny).
-pub const META_MEMTABLE_BYTES: u64 = 4 * 1024 * 1024;
-
-const KEY_HARD_STATE: &[u8] = b"hard_state";
-const KEY_CONF_STATE: &[u8] = b"conf_state";
-/// Where snapshots were kept before they had files: moved to a file on the
-/// first start that finds one.
-const KEY_LEGACY_SNAPSHOT: &[u8] = b"snapshot";
-/// Index and term (u64 big-endian each) of the entry just before the
-/// log's first. Absent in a data dir from before the log outlived its
-/// snapshot: then it is the snapshot's.
-const KEY_LOG_BASE: &[u8] = b"log_base";
+/// The log base as stored ([`MetaKey::LogBase`]): index and term, u64
+/// big-endian each. Absent in a data dir from before the log outlived its
+/// snapshot: then it is the snapshot's. (Where snapshots were kept before
+/// they had files, [`MetaKey::LegacySnapshot`], is moved to a file on the
+/// first start that finds one.)
+fn encode_base(index: u64, term: u64) -> Vec<u8> {
+    let mut base = [0u8; 16];
+    base[..8].copy_from_slice(&index.to_be_bytes());
+    base[8..].copy_from_slice(&term.to_be_bytes());
+    base.to_vec()
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
@@ -81,13 +81,18 @@ fn other(e: StorageError) -> raft::Error {
     raft::Error::Store(RaftStorageError::Other(Box::new(e)))
 }
 
-/// Raft storage backed by fjall. Owned by the raft task (through `RawNode`).
+/// Raft storage backed by a log store and files. Owned by the raft task
+/// (through `RawNode`).
 pub struct DiskStorage {
-    db: Database,
-    log: Keyspace,
-    meta: Keyspace,
+    store: Box<dyn LogStore>,
+    /// The changes of one write (reused).
+    batch: LogBatch,
+    files: Arc<dyn Files>,
     snaps: SnapDir,
     hard_state: HardState,
+    /// The hard state as last written to the store (the one in memory but
+    /// for the known-bad [`Self::set_unsafe_forget_votes`]).
+    written_hs: HardState,
     conf_state: ConfState,
     /// Metadata of the latest snapshot (at or after the log's base).
     snapshot_meta: SnapshotMetadata,
@@ -107,66 +112,69 @@ pub struct DiskStorage {
     inline_snapshots: bool,
     /// Known-bad (`--unsafe-skip-fsync`): [`Self::sync`] stops at the OS.
     skip_fsync: bool,
-}
-
-fn log_key(index: u64) -> [u8; 8] {
-    index.to_be_bytes()
+    /// Known-bad: a change of term or vote is kept in memory, not written.
+    forget_votes: bool,
 }
 
 impl DiskStorage {
     /// Opens (or creates) the storage under `dir`, with snapshot files in
     /// `snap_dir`, loading the hard state, conf state, the latest
-    /// snapshot's metadata and the terms of the log.
+    /// snapshot's metadata and the terms of the log: the server's, on the
+    /// real file system with the log in fjall.
     pub fn open(dir: &Path, snap_dir: &Path) -> Result<Self, StorageError> {
-        let damaged = |why: String| StorageError::Corrupt {
-            what: "journal",
-            detail: format!(
-                "the journal in {} cannot be recovered ({why}); wipe this server's data dir \
-                 and add it again (docs/operations.md: Storage faults)",
-                dir.display()
-            ),
+        Self::open_on(files::os(), LogKind::Fjall, dir, snap_dir)
+    }
+
+    /// As [`Self::open`], on the file layer `files` with the log in the
+    /// store `log` (the simulator: `MemFiles` and [`LogKind::Files`]).
+    pub fn open_on(
+        files: Arc<dyn Files>,
+        log: LogKind,
+        dir: &Path,
+        snap_dir: &Path,
+    ) -> Result<Self, StorageError> {
+        Self::open_checking(files, log, dir, snap_dir, true)
+    }
+
+    /// KNOWN-BAD, for the simulator to prove it finds the loss: as
+    /// [`Self::open_on`] without the synced watermark's checks, so a log
+    /// that lost synced entries, or a term or vote, to a damaged journal
+    /// opens as if nothing were missing. Never reachable from the server.
+    pub fn open_on_unsafe_unchecked(
+        files: Arc<dyn Files>,
+        log: LogKind,
+        dir: &Path,
+        snap_dir: &Path,
+    ) -> Result<Self, StorageError> {
+        Self::open_checking(files, log, dir, snap_dir, false)
+    }
+
+    fn open_checking(
+        files: Arc<dyn Files>,
+        log: LogKind,
+        dir: &Path,
+        snap_dir: &Path,
+        check_watermark: bool,
+    ) -> Result<Self, StorageError> {
+        let mut store: Box<dyn LogStore> = match log {
+            LogKind::Fjall => Box::new(FjallLog::open(dir)?),
+            LogKind::Files => Box::new(FileLog::open(files.clone(), dir)?),
         };
-        // fjall asserts on some damaged journal records instead of
-        // returning an error: a panic while opening is a damaged journal
-        // too, and must be said as clearly.
-        let opened = std::panic::catch_unwind(|| {
-            Database::builder(dir).cache_size(BLOCK_CACHE_BYTES).open()
-        })
-        .map_err(|panic| {
-            let why = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "fjall panicked".into());
-            damaged(format!("fjall panicked: {}", why.replace('\n', " ")))
-        })?;
-        let db = opened.map_err(|e| match e {
-            // A journal that fails its checksums: name it and say what
-            // to do, as for every other damaged file.
-            fjall::Error::JournalRecovery(why) => damaged(format!("{why:?}")),
-            e => e.into(),
-        })?;
-        let log = db.keyspace("raft_log", || {
-            KeyspaceCreateOptions::default().max_memtable_size(LOG_MEMTABLE_BYTES)
-        })?;
-        let meta = db.keyspace("raft_meta", || {
-            KeyspaceCreateOptions::default().max_memtable_size(META_MEMTABLE_BYTES)
-        })?;
-        let hard_state = match meta.get(KEY_HARD_STATE)? {
+        let hard_state = match store.get_meta(MetaKey::HardState)? {
             Some(v) => HardState::parse_from_bytes(&v).map_err(|e| corrupt("hard state", e))?,
             None => HardState::default(),
         };
-        let conf_state = match meta.get(KEY_CONF_STATE)? {
+        let conf_state = match store.get_meta(MetaKey::ConfState)? {
             Some(v) => ConfState::parse_from_bytes(&v).map_err(|e| corrupt("conf state", e))?,
             None => ConfState::default(),
         };
-        let snaps = SnapDir::open(snap_dir)?;
-        let legacy = migrate_legacy_snapshot(&db, &meta, &snaps)?;
+        let snaps = SnapDir::open_on(files.clone(), snap_dir)?;
+        let legacy = migrate_legacy_snapshot(&mut *store, &snaps)?;
         let snapshot_meta = match snaps.list()?.last() {
             Some(&(index, term)) => snaps.read_meta(index, term)?,
             None => SnapshotMetadata::default(),
         };
-        let base = match meta.get(KEY_LOG_BASE)? {
+        let base = match store.get_meta(MetaKey::LogBase)? {
             Some(v) if v.len() == 16 => (
                 u64::from_be_bytes(v[..8].try_into().expect("8 bytes")),
                 u64::from_be_bytes(v[8..].try_into().expect("8 bytes")),
@@ -189,19 +197,21 @@ impl DiskStorage {
         let mut sizes = VecDeque::new();
         let mut log_bytes = 0;
         let first = base.0 + 1;
-        for (expected, kv) in (first..).zip(log.range(log_key(first)..)) {
-            let (_, value) = kv.into_inner()?;
-            let entry = Entry::parse_from_bytes(&value).map_err(|e| corrupt("log entry", e))?;
+        let mut expected = first;
+        store.scan(first, None, &mut |value| {
+            let entry = Entry::parse_from_bytes(value).map_err(|e| corrupt("log entry", e))?;
             if entry.index != expected {
                 return Err(corrupt(
                     "log",
                     format!("expected entry {expected}, found {}", entry.index),
                 ));
             }
+            expected += 1;
             terms.push_back(entry.term);
             sizes.push_back(value.len() as u32);
             log_bytes += value.len() as u64;
-        }
+            Ok(true)
+        })?;
         // Entries are synced before the commit index that covers them is
         // stored: fewer of them after a restart means the disk lost
         // acknowledged writes. Going on would let this server vote and
@@ -225,12 +235,13 @@ impl DiskStorage {
             && terms.is_empty()
             && base == (0, 0)
             && snapshot_meta.index == 0;
-        let (synced, mark) = Watermark::open(dir, new)?;
+        let (synced, mark) = Watermark::open(&files, dir, new)?;
         let mut storage = Self {
-            db,
-            log,
-            meta,
+            store,
+            batch: LogBatch::default(),
+            files,
             snaps,
+            written_hs: hard_state.clone(),
             hard_state,
             conf_state,
             snapshot_meta,
@@ -241,16 +252,19 @@ impl DiskStorage {
             synced,
             inline_snapshots: false,
             skip_fsync: false,
+            forget_votes: false,
         };
         // The term and vote first, before anything here syncs (and so
         // raises the mark to the hard state as loaded).
-        if let Some(vote) = mark.vote {
+        if let Some(vote) = mark.vote.filter(|_| check_watermark) {
             storage.check_vote(vote, dir)?;
         }
         // Finish an install a stop interrupted, then the entries: the log
         // it leaves is the one the watermark was lowered for.
         storage.finish_snapshot_install()?;
-        storage.check_synced(mark.entry, dir)?;
+        if check_watermark {
+            storage.check_synced(mark.entry, dir)?;
+        }
         Ok(storage)
     }
 
@@ -312,13 +326,14 @@ impl DiskStorage {
         }
     }
 
-    /// What [`Self::sync`] made durable: the last entry, the term and vote.
+    /// What [`Self::sync`] made durable: the last entry, the term and vote
+    /// (as written, which is what a sync covers).
     fn synced_now(&self) -> Synced {
         Synced {
             entry: self.last_mark(),
             vote: Some(Vote {
-                term: self.hard_state.term,
-                vote: self.hard_state.vote,
+                term: self.written_hs.term,
+                vote: self.written_hs.vote,
             }),
         }
     }
@@ -401,7 +416,6 @@ impl DiskStorage {
         };
         let first_index = first.index;
         debug_assert!(first_index > self.base.0, "append below the log's start");
-        let mut batch = self.db.batch();
         // Drop the conflicting suffix, if any.
         let last = self.last();
         if first_index <= last {
@@ -410,9 +424,7 @@ impl DiskStorage {
                 index: kept,
                 term: self.term_of(kept).unwrap_or(0),
             })?;
-            for index in first_index..=last {
-                batch.remove(&self.log, log_key(index));
-            }
+            self.batch.remove_entries(first_index, last);
             let keep = (first_index - self.base.0 - 1) as usize;
             self.terms.truncate(keep);
             for size in self.sizes.drain(keep..) {
@@ -423,16 +435,30 @@ impl DiskStorage {
             let bytes = entry.write_to_bytes().map_err(|e| corrupt("entry", e))?;
             self.sizes.push_back(bytes.len() as u32);
             self.log_bytes += bytes.len() as u64;
-            batch.insert(&self.log, log_key(entry.index), bytes);
+            self.batch.put_entry(entry.index, bytes);
             self.terms.push_back(entry.term);
         }
-        batch.commit()?;
+        self.store.write(&mut self.batch)?;
         Ok(())
     }
 
     pub fn set_hard_state(&mut self, hs: HardState) -> Result<(), StorageError> {
-        let bytes = hs.write_to_bytes().map_err(|e| corrupt("hard state", e))?;
-        self.meta.insert(KEY_HARD_STATE, bytes)?;
+        let mut written = hs.clone();
+        if self.forget_votes {
+            // Known-bad: the term and vote stay as last written; a change
+            // of nothing else writes nothing.
+            written.term = self.written_hs.term;
+            written.vote = self.written_hs.vote;
+            if written == self.written_hs {
+                self.hard_state = hs;
+                return Ok(());
+            }
+        }
+        let bytes = written
+            .write_to_bytes()
+            .map_err(|e| corrupt("hard state", e))?;
+        self.store.put_meta(MetaKey::HardState, bytes)?;
+        self.written_hs = written;
         self.hard_state = hs;
         Ok(())
     }
@@ -445,16 +471,27 @@ impl DiskStorage {
 
     pub fn set_conf_state(&mut self, cs: ConfState) -> Result<(), StorageError> {
         let bytes = cs.write_to_bytes().map_err(|e| corrupt("conf state", e))?;
-        self.meta.insert(KEY_CONF_STATE, bytes)?;
+        self.store.put_meta(MetaKey::ConfState, bytes)?;
         self.conf_state = cs;
         Ok(())
     }
 
-    /// KNOWN-BAD, for the Jepsen selftest only: [`Self::sync`] no longer
-    /// fsyncs (entries reach the OS, not the disk) and the watermark is
-    /// raised all the same, as a server that skips fsync would.
+    /// KNOWN-BAD, for the Jepsen selftest and the simulator only:
+    /// [`Self::sync`] no longer fsyncs (entries reach the OS, not the disk:
+    /// over `MemFiles` they stay unsynced, lost to a crash) and the
+    /// watermark is raised all the same, as a server that skips fsync would.
     pub fn set_unsafe_skip_fsync(&mut self) {
         self.skip_fsync = true;
+    }
+
+    /// KNOWN-BAD, for the simulator only ("a vote not persisted"): a change
+    /// of the hard state's term or vote is kept in memory and told to raft,
+    /// but never written (the commit index still is), so a restart forgets
+    /// the vote and the node can vote again in that term. The watermark
+    /// records what was written, so its check does not catch it: the
+    /// simulator must, as a double vote. Never reachable from the server.
+    pub fn set_unsafe_forget_votes(&mut self) {
+        self.forget_votes = true;
     }
 
     /// One fdatasync for everything written since the last one; the synced
@@ -463,15 +500,15 @@ impl DiskStorage {
         let mode = if self.skip_fsync {
             // Written to the OS, not to the disk: survives a kill -9, not
             // a power failure.
-            PersistMode::Buffer
+            Persist::Buffer
         } else {
             // fdatasync: the journal's data and the metadata needed to
             // read it back (its blocks and length), without the inode's
             // times, which ext4 would otherwise commit on every call. Measured: writes 1-client p50 0.59-0.71
             // -> 0.48-0.62 ms (docs/benchmarks.md).
-            PersistMode::SyncData
+            Persist::SyncData
         };
-        self.db.persist(mode)?;
+        self.store.persist(mode)?;
         let synced = self.synced_now();
         self.synced.raise(synced)?;
         Ok(())
@@ -564,15 +601,9 @@ impl DiskStorage {
             return Ok(None);
         }
         let term = self.term_of(to).expect("within the log");
-        let mut batch = self.db.batch();
-        for index in self.base.0 + 1..=to {
-            batch.remove(&self.log, log_key(index));
-        }
-        let mut base = [0u8; 16];
-        base[..8].copy_from_slice(&to.to_be_bytes());
-        base[8..].copy_from_slice(&term.to_be_bytes());
-        batch.insert(&self.meta, KEY_LOG_BASE, base.to_vec());
-        batch.commit()?;
+        self.batch.remove_entries(self.base.0 + 1, to);
+        self.batch.put_meta(MetaKey::LogBase, encode_base(to, term));
+        self.store.write(&mut self.batch)?;
         self.terms.drain(..i);
         self.sizes.drain(..i);
         self.log_bytes -= dropped_bytes;
@@ -611,7 +642,7 @@ impl DiskStorage {
         tmp: &Path,
     ) -> Result<(), StorageError> {
         if meta.index <= self.snapshot_meta.index {
-            let _ = std::fs::remove_file(tmp);
+            let _ = self.files.remove(tmp);
             return Ok(());
         }
         self.synced.lower(Mark {
@@ -634,13 +665,10 @@ impl DiskStorage {
         // stored leaves an empty log behind the snapshot, which the next
         // start finishes installing; never entries of the old log read as
         // following the new base.
-        self.log.clear()?;
-        let mut batch = self.db.batch();
-        let mut base = [0u8; 16];
-        base[..8].copy_from_slice(&meta.index.to_be_bytes());
-        base[8..].copy_from_slice(&meta.term.to_be_bytes());
-        batch.insert(&self.meta, KEY_LOG_BASE, base.to_vec());
-        batch.commit()?;
+        self.store.clear_entries()?;
+        self.batch
+            .put_meta(MetaKey::LogBase, encode_base(meta.index, meta.term));
+        self.store.write(&mut self.batch)?;
         self.terms.clear();
         self.sizes.clear();
         self.log_bytes = 0;
@@ -689,11 +717,10 @@ impl DiskStorage {
 /// A snapshot stored in fjall by an older version becomes a file (if no
 /// newer file is there) and leaves fjall. Returns its index and term.
 fn migrate_legacy_snapshot(
-    db: &Database,
-    meta: &Keyspace,
+    store: &mut dyn LogStore,
     snaps: &SnapDir,
 ) -> Result<Option<(u64, u64)>, StorageError> {
-    let Some(v) = meta.get(KEY_LEGACY_SNAPSHOT)? else {
+    let Some(v) = store.get_meta(MetaKey::LegacySnapshot)? else {
         return Ok(None);
     };
     let snap = Snapshot::parse_from_bytes(&v).map_err(|e| corrupt("snapshot", e))?;
@@ -706,8 +733,8 @@ fn migrate_legacy_snapshot(
         snaps.write(m, &snap.data)?;
     }
     let it = (m.index, m.term);
-    meta.remove(KEY_LEGACY_SNAPSHOT)?;
-    db.persist(PersistMode::SyncAll)?;
+    store.remove_meta(MetaKey::LegacySnapshot)?;
+    store.persist(Persist::SyncAll)?;
     Ok(Some(it))
 }
 
@@ -735,17 +762,18 @@ impl raft::Storage for DiskStorage {
         let max_size = max_size.into().unwrap_or(u64::MAX);
         let mut out = Vec::with_capacity((high - low) as usize);
         let mut size = 0u64;
-        for kv in self.log.range(log_key(low)..log_key(high)) {
-            let (_, value) = kv.into_inner().map_err(|e| other(e.into()))?;
-            size += value.len() as u64;
-            // Always return at least one entry, as raft requires.
-            if !out.is_empty() && size > max_size {
-                break;
-            }
-            let entry =
-                Entry::parse_from_bytes(&value).map_err(|e| other(corrupt("log entry", e)))?;
-            out.push(entry);
-        }
+        self.store
+            .scan(low, Some(high), &mut |value| {
+                size += value.len() as u64;
+                // Always return at least one entry, as raft requires.
+                if !out.is_empty() && size > max_size {
+                    return Ok(false);
+                }
+                let entry = Entry::parse_from_bytes(value).map_err(|e| corrupt("log entry", e))?;
+                out.push(entry);
+                Ok(true)
+            })
+            .map_err(other)?;
         if out.is_empty() && high > low {
             return Err(raft::Error::Store(RaftStorageError::Unavailable));
         }
@@ -807,3 +835,7 @@ impl raft::Storage for DiskStorage {
 #[cfg(test)]
 #[path = "storage_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "storage_crash_tests.rs"]
+mod crash_tests;

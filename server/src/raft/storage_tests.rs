@@ -2,8 +2,14 @@
 //! watermark on a real fjall database in a temp dir.
 
 use super::*;
+use crate::raft::logstore::log_key;
 use crate::raft::snapfile;
+use fjall::{Database, KeyspaceCreateOptions, PersistMode};
 use raft::Storage;
+
+const KEY_HARD_STATE: &[u8] = b"hard_state";
+const KEY_LEGACY_SNAPSHOT: &[u8] = b"snapshot";
+const KEY_LOG_BASE: &[u8] = b"log_base";
 
 fn open(dir: &Path) -> Result<DiskStorage, StorageError> {
     DiskStorage::open(&dir.join("raft"), &dir.join("snapshots"))
@@ -441,7 +447,7 @@ fn a_snapshot_kept_in_fjall_by_an_older_version_becomes_a_file() {
     assert_eq!(s.first_index().unwrap(), 1, "the log stays");
     assert_eq!(&s.load_snapshot().unwrap().unwrap().data[..], b"tree@2");
     assert_eq!(s.snap_dir().list().unwrap(), vec![(2, 1)]);
-    assert!(s.meta.get(KEY_LEGACY_SNAPSHOT).unwrap().is_none());
+    assert!(s.store.get_meta(MetaKey::LegacySnapshot).unwrap().is_none());
 }
 
 #[test]

@@ -39,12 +39,13 @@
 //! current form holding the same mark; from the next fsync on, term and
 //! vote are covered too.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Write as _};
-use std::os::unix::fs::FileExt;
+use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use tracing::info;
+
+use super::files::{FileHandle, Files};
 
 /// The file's name inside the raft dir.
 pub const WATERMARK_FILE: &str = "raft-synced";
@@ -95,7 +96,7 @@ pub enum WatermarkError {
 }
 
 pub struct Watermark {
-    file: File,
+    file: Box<dyn FileHandle>,
     path: PathBuf,
     synced: Synced,
     /// Sequence number of the slot holding `synced`.
@@ -106,15 +107,19 @@ impl Watermark {
     /// Opens the file under `dir` and what it says was synced. A missing
     /// file is created (holding nothing) only for a new store (`new`); a
     /// file of the previous version is replaced by one of this form, with
-    /// the same mark.
-    pub fn open(dir: &Path, new: bool) -> Result<(Self, Synced), WatermarkError> {
+    /// the same mark. On the file layer `files`.
+    pub fn open(
+        files: &Arc<dyn Files>,
+        dir: &Path,
+        new: bool,
+    ) -> Result<(Self, Synced), WatermarkError> {
         let path = dir.join(WATERMARK_FILE);
         let io_err = |source| WatermarkError::Io {
             path: path.clone(),
             source,
         };
-        let _ = std::fs::remove_file(dir.join(WATERMARK_TMP));
-        let bytes = match std::fs::read(&path) {
+        let _ = files.remove(&dir.join(WATERMARK_TMP));
+        let bytes = match files.read(&path) {
             Ok(b) => Some(b),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(io_err(e)),
@@ -125,7 +130,7 @@ impl Watermark {
         };
         let (synced, seq) = match bytes {
             None if new => {
-                replace_whole(dir, Synced::default())?;
+                replace_whole(&**files, dir, Synced::default())?;
                 (Synced::default(), 1)
             }
             None => {
@@ -149,7 +154,7 @@ impl Watermark {
                 };
                 let synced = Synced { entry, vote: None };
                 info!(path = %path.display(), index = entry.index, term = entry.term, "synced watermark of the previous version: entries checked, term and vote recorded from the next fsync on");
-                replace_whole(dir, synced)?;
+                replace_whole(&**files, dir, synced)?;
                 (synced, 1)
             }
             Some(b) => {
@@ -159,11 +164,7 @@ impl Watermark {
                 )))
             }
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(io_err)?;
+        let file = files.open(&path).map_err(io_err)?;
         Ok((
             Self {
                 file,
@@ -229,7 +230,7 @@ impl Watermark {
 /// Replaces the file under `dir` by a whole one holding `synced` in its
 /// first slot: written under a temporary name, synced, renamed into place,
 /// the directory synced.
-fn replace_whole(dir: &Path, synced: Synced) -> Result<(), WatermarkError> {
+fn replace_whole(files: &dyn Files, dir: &Path, synced: Synced) -> Result<(), WatermarkError> {
     let tmp = dir.join(WATERMARK_TMP);
     let path = dir.join(WATERMARK_FILE);
     let io_err = |p: &Path| {
@@ -238,14 +239,12 @@ fn replace_whole(dir: &Path, synced: Synced) -> Result<(), WatermarkError> {
     };
     let mut bytes = vec![0u8; FILE_BYTES];
     bytes[..SLOT_BYTES].copy_from_slice(&encode_slot(synced, 1));
-    let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
-    f.write_all(&bytes).map_err(io_err(&tmp))?;
+    let mut f = files.create(&tmp).map_err(io_err(&tmp))?;
+    f.append(&bytes).map_err(io_err(&tmp))?;
     f.sync_all().map_err(io_err(&tmp))?;
     drop(f);
-    std::fs::rename(&tmp, &path).map_err(io_err(&path))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err(dir))
+    files.rename(&tmp, &path).map_err(io_err(&path))?;
+    files.sync_dir(dir).map_err(io_err(dir))
 }
 
 fn encode_slot(s: Synced, seq: u64) -> [u8; SLOT_BYTES] {
@@ -299,6 +298,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::raft::files::os;
 
     fn synced(index: u64, term: u64, vote_term: u64, vote: u64) -> Synced {
         Synced {
@@ -313,12 +313,12 @@ mod tests {
     #[test]
     fn a_mark_survives_reopen_and_a_torn_write_leaves_the_one_before() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut w, found) = Watermark::open(dir.path(), true).unwrap();
+        let (mut w, found) = Watermark::open(&os(), dir.path(), true).unwrap();
         assert_eq!(found, Synced::default());
         w.raise(synced(7, 2, 2, 1)).unwrap();
         w.raise(synced(9, 2, 3, 3)).unwrap();
         drop(w);
-        let (w, found) = Watermark::open(dir.path(), false).unwrap();
+        let (w, found) = Watermark::open(&os(), dir.path(), false).unwrap();
         assert_eq!(found, synced(9, 2, 3, 3));
         assert_eq!(w.synced(), synced(9, 2, 3, 3));
         drop(w);
@@ -333,14 +333,16 @@ mod tests {
             .unwrap();
         bytes[latest + 3] ^= 0x40;
         std::fs::write(&path, &bytes).unwrap();
-        let (_, found) = Watermark::open(dir.path(), false).unwrap();
+        let (_, found) = Watermark::open(&os(), dir.path(), false).unwrap();
         assert_eq!(found, synced(7, 2, 2, 1), "the slot before the torn one");
 
         // Both slots damaged is no crash result: refused, naming the file.
         let other = if latest == 0 { 4096 } else { 0 };
         bytes[other + 3] ^= 0x40;
         std::fs::write(&path, &bytes).unwrap();
-        let e = Watermark::open(dir.path(), false).err().expect("refused");
+        let e = Watermark::open(&os(), dir.path(), false)
+            .err()
+            .expect("refused");
         assert!(matches!(e, WatermarkError::Unreadable { .. }), "{e}");
         assert!(e.to_string().contains(&path.display().to_string()), "{e}");
     }
@@ -348,10 +350,12 @@ mod tests {
     #[test]
     fn a_missing_file_is_created_for_a_new_store_only() {
         let dir = tempfile::tempdir().unwrap();
-        let e = Watermark::open(dir.path(), false).err().expect("refused");
+        let e = Watermark::open(&os(), dir.path(), false)
+            .err()
+            .expect("refused");
         assert!(matches!(e, WatermarkError::Missing { .. }), "{e}");
         assert!(e.to_string().contains(WATERMARK_FILE), "{e}");
-        let (_, found) = Watermark::open(dir.path(), true).unwrap();
+        let (_, found) = Watermark::open(&os(), dir.path(), true).unwrap();
         assert_eq!(found, Synced::default());
         assert_eq!(
             std::fs::metadata(dir.path().join(WATERMARK_FILE))
@@ -359,19 +363,19 @@ mod tests {
                 .len(),
             FILE_BYTES as u64
         );
-        assert!(Watermark::open(dir.path(), false).is_ok());
+        assert!(Watermark::open(&os(), dir.path(), false).is_ok());
     }
 
     #[test]
     fn lowering_writes_synced_and_keeps_the_vote() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut w, _) = Watermark::open(dir.path(), true).unwrap();
+        let (mut w, _) = Watermark::open(&os(), dir.path(), true).unwrap();
         w.raise(synced(10, 3, 3, 2)).unwrap();
         w.lower(Mark { index: 6, term: 3 }).unwrap();
         assert_eq!(w.synced(), synced(6, 3, 3, 2));
         w.lower(Mark { index: 8, term: 3 }).unwrap();
         assert_eq!(w.synced(), synced(6, 3, 3, 2), "past the mark: nothing");
-        let (_, found) = Watermark::open(dir.path(), false).unwrap();
+        let (_, found) = Watermark::open(&os(), dir.path(), false).unwrap();
         assert_eq!(found, synced(6, 3, 3, 2));
     }
 
@@ -387,7 +391,7 @@ mod tests {
         let sum = fnv1a(&legacy[..16]);
         legacy[16..].copy_from_slice(&sum.to_le_bytes());
         std::fs::write(&path, legacy).unwrap();
-        let (mut w, found) = Watermark::open(dir.path(), false).unwrap();
+        let (mut w, found) = Watermark::open(&os(), dir.path(), false).unwrap();
         let old = Synced {
             entry: Mark { index: 7, term: 2 },
             vote: None,
@@ -401,19 +405,19 @@ mod tests {
         w.raise(synced(8, 2, 2, 1)).unwrap();
         drop(w);
         assert_eq!(
-            Watermark::open(dir.path(), false).unwrap().1,
+            Watermark::open(&os(), dir.path(), false).unwrap().1,
             synced(8, 2, 2, 1)
         );
 
         // Empty: the previous version before its first synced entry.
         std::fs::write(&path, b"").unwrap();
         assert_eq!(
-            Watermark::open(dir.path(), false).unwrap().1,
+            Watermark::open(&os(), dir.path(), false).unwrap().1,
             Synced::default()
         );
         // A damaged previous-version record is refused as well.
         legacy[3] ^= 1;
         std::fs::write(&path, legacy).unwrap();
-        assert!(Watermark::open(dir.path(), false).is_err());
+        assert!(Watermark::open(&os(), dir.path(), false).is_err());
     }
 }

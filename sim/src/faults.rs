@@ -1,0 +1,183 @@
+//! Which faults a run may draw, and the faults themselves. A run draws
+//! the network's behaviour and the clocks' drift once at its start, then a
+//! fault at exponentially spaced times (a Poisson process), each of a kind
+//! from the mix, uniformly.
+//!
+//! To add a fault: a [`Kind`] here (with its name), how it is drawn and
+//! applied in `World::fault`, and a line in docs/simulation.md.
+
+use std::fmt;
+
+/// The kinds of fault, by the name `--faults` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// One process killed, or its machine's power lost (the disk loses
+    /// what it never made durable); restarted after a while.
+    Crash,
+    /// Every machine loses power at once; each restarted.
+    PowerLoss,
+    /// Both directions between two groups of any shape cut.
+    Partition,
+    /// One direction of some links cut.
+    OneWay,
+    /// Every cut healed.
+    Heal,
+    /// One node's clock jumps (either way); every clock drifts from the
+    /// start.
+    Clock,
+    /// One process stalls (a long GC, a VM pause): handles nothing, then
+    /// everything queued at once.
+    Pause,
+    /// The network drops a fraction of messages (drawn for the run).
+    Drop,
+    /// The network duplicates a fraction of messages.
+    Duplicate,
+    /// Messages on one link overtake each other.
+    Reorder,
+    /// Each disk flips a bit in some reads and fails some writes and
+    /// syncs (rates drawn for the run).
+    Disk,
+}
+
+pub const ALL: [Kind; 11] = [
+    Kind::Crash,
+    Kind::PowerLoss,
+    Kind::Partition,
+    Kind::OneWay,
+    Kind::Heal,
+    Kind::Clock,
+    Kind::Pause,
+    Kind::Drop,
+    Kind::Duplicate,
+    Kind::Reorder,
+    Kind::Disk,
+];
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Crash => "crash",
+            Kind::PowerLoss => "power-loss",
+            Kind::Partition => "partition",
+            Kind::OneWay => "one-way",
+            Kind::Heal => "heal",
+            Kind::Clock => "clock",
+            Kind::Pause => "pause",
+            Kind::Drop => "drop",
+            Kind::Duplicate => "duplicate",
+            Kind::Reorder => "reorder",
+            Kind::Disk => "disk",
+        }
+    }
+
+    /// How often it is drawn among the mix's events, relative to the
+    /// others: a power loss or a clock jump in every fault or two would
+    /// leave little time for anything else to happen.
+    pub fn weight(self) -> usize {
+        match self {
+            Kind::Crash | Kind::Heal => 3,
+            Kind::Partition | Kind::OneWay => 2,
+            Kind::PowerLoss | Kind::Clock | Kind::Pause => 1,
+            Kind::Drop | Kind::Duplicate | Kind::Reorder | Kind::Disk => 0,
+        }
+    }
+
+    /// Drawn as events during the run (the others shape the whole run).
+    pub fn is_event(self) -> bool {
+        !matches!(
+            self,
+            Kind::Drop | Kind::Duplicate | Kind::Reorder | Kind::Disk
+        )
+    }
+}
+
+/// The faults a run may draw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FaultMix {
+    kinds: Vec<Kind>,
+}
+
+impl FaultMix {
+    pub fn all() -> Self {
+        Self {
+            kinds: ALL.to_vec(),
+        }
+    }
+
+    pub fn none() -> Self {
+        Self { kinds: Vec::new() }
+    }
+
+    pub fn has(&self, kind: Kind) -> bool {
+        self.kinds.contains(&kind)
+    }
+
+    /// The kinds drawn as events, in a fixed order.
+    pub fn events(&self) -> Vec<Kind> {
+        self.kinds
+            .iter()
+            .copied()
+            .filter(|k| k.is_event())
+            .collect()
+    }
+
+    /// The event kinds, each repeated by its weight: a uniform draw from
+    /// this is a weighted draw of a kind.
+    pub fn weighted_events(&self) -> Vec<Kind> {
+        self.events()
+            .into_iter()
+            .flat_map(|k| std::iter::repeat_n(k, k.weight()))
+            .collect()
+    }
+
+    /// `all`, `none`, or names separated by commas (`crash,partition`).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "all" => return Ok(Self::all()),
+            "none" | "" => return Ok(Self::none()),
+            _ => {}
+        }
+        let mut kinds = Vec::new();
+        for name in s.split(',').map(str::trim) {
+            let kind = ALL
+                .iter()
+                .copied()
+                .find(|k| k.name() == name)
+                .ok_or_else(|| {
+                    let names: Vec<_> = ALL.iter().map(|k| k.name()).collect();
+                    format!("unknown fault {name:?}; the faults: {}", names.join(", "))
+                })?;
+            if !kinds.contains(&kind) {
+                kinds.push(kind);
+            }
+        }
+        kinds.sort();
+        Ok(Self { kinds })
+    }
+}
+
+impl fmt::Display for FaultMix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<_> = self.kinds.iter().map(|k| k.name()).collect();
+        if names.is_empty() {
+            f.write_str("none")
+        } else {
+            f.write_str(&names.join(","))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mix_parses_from_names_and_says_what_is_unknown() {
+        let mix = FaultMix::parse("partition,crash,drop").expect("known names");
+        assert_eq!(mix.events(), [Kind::Crash, Kind::Partition]);
+        assert!(mix.has(Kind::Drop));
+        assert_eq!(mix.to_string(), "crash,partition,drop");
+        assert!(FaultMix::parse("crash,fire").is_err());
+        assert_eq!(FaultMix::parse("all").expect("all"), FaultMix::all());
+    }
+}
