@@ -315,7 +315,10 @@ impl DiskStorage {
             Some(found) => Err(corrupt(
                 "journal",
                 format!(
-                    "term {} with a vote for {} was synced (says {}), but {found}: the journal                      in {} lost a synced term or vote (damaged on disk), and this server could                      vote twice in one term; wipe this server's data dir and add it again                      (docs/operations.md: Storage faults)",
+                    "term {} with a vote for {} was synced (says {}), but {found}: the journal \
+                     in {} lost a synced term or vote (damaged on disk), and this server could \
+                     vote twice in one term; wipe this server's data dir and add it again \
+                     (docs/operations.md: Storage faults)",
                     synced.term,
                     synced.vote,
                     self.synced.path().display(),

@@ -166,6 +166,7 @@ fn a_vote_lost_to_a_damaged_journal_tail_is_refused_at_open() {
                 && msg.contains("/node1/raft/raft-synced"),
             "{msg}"
         );
+        assert!(!msg.contains("  "), "one line, single spaces: {msg:?}");
     }
 }
 
