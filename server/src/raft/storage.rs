@@ -157,6 +157,15 @@ impl DiskStorage {
         check_watermark: bool,
     ) -> Result<Self, StorageError> {
         let mut store: Box<dyn LogStore> = match log {
+            // fjall would write the real disk at these paths, beside a
+            // simulated one holding the rest.
+            LogKind::Fjall if !files.is_real() => {
+                return Err(StorageError::Io(format!(
+                    "the log in {} cannot be in fjall over {files:?}: fjall writes the real \
+                     file system; open it as LogKind::Files",
+                    dir.display()
+                )))
+            }
             LogKind::Fjall => Box::new(FjallLog::open(dir)?),
             LogKind::Files => Box::new(FileLog::open(files.clone(), dir)?),
         };
@@ -419,6 +428,7 @@ impl DiskStorage {
         };
         let first_index = first.index;
         debug_assert!(first_index > self.base.0, "append below the log's start");
+        self.batch.clear();
         // Drop the conflicting suffix, if any.
         let last = self.last();
         if first_index <= last {
@@ -604,6 +614,7 @@ impl DiskStorage {
             return Ok(None);
         }
         let term = self.term_of(to).expect("within the log");
+        self.batch.clear();
         self.batch.remove_entries(self.base.0 + 1, to);
         self.batch.put_meta(MetaKey::LogBase, encode_base(to, term));
         self.store.write(&mut self.batch)?;
@@ -669,6 +680,7 @@ impl DiskStorage {
         // start finishes installing; never entries of the old log read as
         // following the new base.
         self.store.clear_entries()?;
+        self.batch.clear();
         self.batch
             .put_meta(MetaKey::LogBase, encode_base(meta.index, meta.term));
         self.store.write(&mut self.batch)?;
