@@ -157,6 +157,15 @@ impl DiskStorage {
         check_watermark: bool,
     ) -> Result<Self, StorageError> {
         let mut store: Box<dyn LogStore> = match log {
+            // fjall would write the real disk at these paths, beside a
+            // simulated one holding the rest.
+            LogKind::Fjall if !files.is_real() => {
+                return Err(StorageError::Io(format!(
+                    "the log in {} cannot be in fjall over {files:?}: fjall writes the real \
+                     file system; open it as LogKind::Files",
+                    dir.display()
+                )))
+            }
             LogKind::Fjall => Box::new(FjallLog::open(dir)?),
             LogKind::Files => Box::new(FileLog::open(files.clone(), dir)?),
         };
@@ -315,7 +324,10 @@ impl DiskStorage {
             Some(found) => Err(corrupt(
                 "journal",
                 format!(
-                    "term {} with a vote for {} was synced (says {}), but {found}: the journal                      in {} lost a synced term or vote (damaged on disk), and this server could                      vote twice in one term; wipe this server's data dir and add it again                      (docs/operations.md: Storage faults)",
+                    "term {} with a vote for {} was synced (says {}), but {found}: the journal \
+                     in {} lost a synced term or vote (damaged on disk), and this server could \
+                     vote twice in one term; wipe this server's data dir and add it again \
+                     (docs/operations.md: Storage faults)",
                     synced.term,
                     synced.vote,
                     self.synced.path().display(),
@@ -416,6 +428,7 @@ impl DiskStorage {
         };
         let first_index = first.index;
         debug_assert!(first_index > self.base.0, "append below the log's start");
+        self.batch.clear();
         // Drop the conflicting suffix, if any.
         let last = self.last();
         if first_index <= last {
@@ -601,6 +614,7 @@ impl DiskStorage {
             return Ok(None);
         }
         let term = self.term_of(to).expect("within the log");
+        self.batch.clear();
         self.batch.remove_entries(self.base.0 + 1, to);
         self.batch.put_meta(MetaKey::LogBase, encode_base(to, term));
         self.store.write(&mut self.batch)?;
@@ -666,6 +680,7 @@ impl DiskStorage {
         // start finishes installing; never entries of the old log read as
         // following the new base.
         self.store.clear_entries()?;
+        self.batch.clear();
         self.batch
             .put_meta(MetaKey::LogBase, encode_base(meta.index, meta.term));
         self.store.write(&mut self.batch)?;

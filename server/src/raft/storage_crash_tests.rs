@@ -49,6 +49,25 @@ fn log_file(files: &MemFiles) -> PathBuf {
 }
 
 #[test]
+fn fjall_is_refused_over_a_simulated_disk() {
+    let files = MemFiles::seeded(1);
+    let err = DiskStorage::open_on(
+        files.as_files(),
+        LogKind::Fjall,
+        &raft_dir(),
+        Path::new("/node1/snapshots"),
+    )
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(err.contains("LogKind::Files"), "{err}");
+    assert!(
+        !Path::new("/node1").exists(),
+        "nothing written to the real disk"
+    );
+}
+
+#[test]
 fn a_crash_loses_the_unsynced_entries_and_the_rest_opens() {
     let files = MemFiles::seeded(1);
     {
@@ -166,6 +185,7 @@ fn a_vote_lost_to_a_damaged_journal_tail_is_refused_at_open() {
                 && msg.contains("/node1/raft/raft-synced"),
             "{msg}"
         );
+        assert!(!msg.contains("  "), "one line, single spaces: {msg:?}");
     }
 }
 

@@ -1,7 +1,9 @@
 //! Tests of [`super`]: the log, hard state, snapshots and the synced
-//! watermark on a real fjall database in a temp dir.
+//! watermark on a real fjall database in a temp dir, and those of what
+//! the storage keeps on the simulator's disk as well ([`Disk::both`]).
 
 use super::*;
+use crate::raft::files::MemFiles;
 use crate::raft::logstore::log_key;
 use crate::raft::snapfile;
 use fjall::{Database, KeyspaceCreateOptions, PersistMode};
@@ -15,6 +17,56 @@ fn open(dir: &Path) -> Result<DiskStorage, StorageError> {
     DiskStorage::open(&dir.join("raft"), &dir.join("snapshots"))
 }
 
+/// Where a test's storage lives: the server's (a temp dir, fjall, opened
+/// by [`DiskStorage::open`]) or the simulator's (`MemFiles`, the file log).
+/// The tests of what the storage keeps run on both.
+enum Disk {
+    Os(tempfile::TempDir),
+    Mem(MemFiles),
+}
+
+impl Disk {
+    fn both() -> [Disk; 2] {
+        [
+            Disk::Os(tempfile::tempdir().unwrap()),
+            Disk::Mem(MemFiles::seeded(1)),
+        ]
+    }
+
+    fn open(&self) -> Result<DiskStorage, StorageError> {
+        match self {
+            Disk::Os(dir) => open(dir.path()),
+            Disk::Mem(files) => DiskStorage::open_on(
+                files.as_files(),
+                LogKind::Files,
+                Path::new("/n/raft"),
+                Path::new("/n/snapshots"),
+            ),
+        }
+    }
+
+    fn files(&self) -> Arc<dyn Files> {
+        match self {
+            Disk::Os(_) => files::os(),
+            Disk::Mem(files) => files.as_files(),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Disk::Os(_) => "OsFiles + fjall",
+            Disk::Mem(_) => "MemFiles + file log",
+        }
+    }
+}
+
+/// Writes a whole file durably, as the snapshot receiver leaves one.
+fn write_file(disk: &Disk, path: &Path, bytes: &[u8]) {
+    let mut f = disk.files().create(path).unwrap();
+    f.append(bytes).unwrap();
+    f.sync_all().unwrap();
+}
+
 fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
     Entry {
         index,
@@ -26,117 +78,121 @@ fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
 
 #[test]
 fn entries_hard_state_and_snapshot_survive_reopen() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let mut s = open(dir.path()).unwrap();
-        assert!(!s.is_initialized());
-        s.bootstrap(vec![1]).unwrap();
-        s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b"), entry(3, 2, b"c")])
+    for disk in Disk::both() {
+        {
+            let mut s = disk.open().unwrap();
+            assert!(!s.is_initialized());
+            s.bootstrap(vec![1]).unwrap();
+            s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b"), entry(3, 2, b"c")])
+                .unwrap();
+            s.set_hard_state(HardState {
+                term: 2,
+                commit: 3,
+                ..Default::default()
+            })
             .unwrap();
-        s.set_hard_state(HardState {
-            term: 2,
-            commit: 3,
-            ..Default::default()
-        })
-        .unwrap();
-        s.sync().unwrap();
-        s.store_snapshot(2, b"tree@2".to_vec()).unwrap();
-        assert_eq!(
-            s.first_index().unwrap(),
-            1,
-            "a snapshot alone drops no entry"
-        );
-        assert_eq!(s.compact_log(2, u64::MAX).unwrap(), Some(3));
+            s.sync().unwrap();
+            s.store_snapshot(2, b"tree@2".to_vec()).unwrap();
+            assert_eq!(
+                s.first_index().unwrap(),
+                1,
+                "a snapshot alone drops no entry"
+            );
+            assert_eq!(s.compact_log(2, u64::MAX).unwrap(), Some(3));
+        }
+        let s = disk.open().unwrap();
+        assert!(s.is_initialized());
+        assert_eq!(s.initial_state().unwrap().hard_state.commit, 3);
+        assert_eq!(s.initial_state().unwrap().conf_state.voters, vec![1]);
+        assert_eq!(s.first_index().unwrap(), 3);
+        assert_eq!(s.last_index().unwrap(), 3);
+        assert_eq!(s.term(2).unwrap(), 1);
+        assert_eq!(s.term(3).unwrap(), 2);
+        assert!(s.term(1).is_err());
+        let got = s
+            .entries(3, 4, None, GetEntriesContext::empty(false))
+            .unwrap();
+        assert_eq!(got, vec![entry(3, 2, b"c")]);
+        let snap = s.load_snapshot().unwrap().unwrap();
+        assert_eq!(&snap.data[..], b"tree@2");
+        assert_eq!(snap.get_metadata().index, 2);
     }
-    let s = open(dir.path()).unwrap();
-    assert!(s.is_initialized());
-    assert_eq!(s.initial_state().unwrap().hard_state.commit, 3);
-    assert_eq!(s.initial_state().unwrap().conf_state.voters, vec![1]);
-    assert_eq!(s.first_index().unwrap(), 3);
-    assert_eq!(s.last_index().unwrap(), 3);
-    assert_eq!(s.term(2).unwrap(), 1);
-    assert_eq!(s.term(3).unwrap(), 2);
-    assert!(s.term(1).is_err());
-    let got = s
-        .entries(3, 4, None, GetEntriesContext::empty(false))
-        .unwrap();
-    assert_eq!(got, vec![entry(3, 2, b"c")]);
-    let snap = s.load_snapshot().unwrap().unwrap();
-    assert_eq!(&snap.data[..], b"tree@2");
-    assert_eq!(snap.get_metadata().index, 2);
 }
 
 #[test]
 fn append_replaces_conflicting_suffix() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut s = open(dir.path()).unwrap();
-    s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b"), entry(3, 1, b"c")])
-        .unwrap();
-    s.append(&[entry(2, 2, b"B")]).unwrap();
-    assert_eq!(s.last_index().unwrap(), 2);
-    assert_eq!(s.term(2).unwrap(), 2);
-    let got = s
-        .entries(1, 3, None, GetEntriesContext::empty(false))
-        .unwrap();
-    assert_eq!(got, vec![entry(1, 1, b"a"), entry(2, 2, b"B")]);
-    drop(s);
-    let s = open(dir.path()).unwrap();
-    assert_eq!(s.last_index().unwrap(), 2);
+    for disk in Disk::both() {
+        let mut s = disk.open().unwrap();
+        s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b"), entry(3, 1, b"c")])
+            .unwrap();
+        s.append(&[entry(2, 2, b"B")]).unwrap();
+        assert_eq!(s.last_index().unwrap(), 2, "{}", disk.name());
+        assert_eq!(s.term(2).unwrap(), 2);
+        let got = s
+            .entries(1, 3, None, GetEntriesContext::empty(false))
+            .unwrap();
+        assert_eq!(got, vec![entry(1, 1, b"a"), entry(2, 2, b"B")]);
+        drop(s);
+        let s = disk.open().unwrap();
+        assert_eq!(s.last_index().unwrap(), 2, "{}", disk.name());
+    }
 }
 
 #[test]
 fn entries_respect_max_size_but_return_at_least_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut s = open(dir.path()).unwrap();
-    s.append(&[entry(1, 1, &[0; 100]), entry(2, 1, &[0; 100])])
-        .unwrap();
-    let got = s
-        .entries(1, 3, Some(1), GetEntriesContext::empty(false))
-        .unwrap();
-    assert_eq!(got.len(), 1);
-    let got = s
-        .entries(1, 3, None, GetEntriesContext::empty(false))
-        .unwrap();
-    assert_eq!(got.len(), 2);
+    for disk in Disk::both() {
+        let mut s = disk.open().unwrap();
+        s.append(&[entry(1, 1, &[0; 100]), entry(2, 1, &[0; 100])])
+            .unwrap();
+        let got = s
+            .entries(1, 3, Some(1), GetEntriesContext::empty(false))
+            .unwrap();
+        assert_eq!(got.len(), 1);
+        let got = s
+            .entries(1, 3, None, GetEntriesContext::empty(false))
+            .unwrap();
+        assert_eq!(got.len(), 2);
+    }
 }
 
 #[test]
 fn the_log_outlives_its_snapshot_until_followers_have_it_or_it_is_too_big() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut s = open(dir.path()).unwrap();
-    s.bootstrap(vec![1]).unwrap();
-    let entries: Vec<Entry> = (1..=10).map(|i| entry(i, 1, &[0; 100])).collect();
-    s.append(&entries).unwrap();
-    let per_entry = s.log_bytes() / 10;
-    s.store_snapshot(8, b"tree@8".to_vec()).unwrap();
-    // A follower at 3: entries after it stay, though the snapshot is at 8.
-    assert_eq!(s.compact_log(3, u64::MAX).unwrap(), Some(4));
-    assert_eq!(s.term(3).unwrap(), 1);
-    assert!(s.term(2).is_err());
-    assert_eq!(
-        s.entries(4, 11, None, GetEntriesContext::empty(false))
-            .unwrap()
-            .len(),
-        7
-    );
-    // Never past the snapshot, whatever the floor says.
-    assert_eq!(s.compact_log(10, u64::MAX).unwrap(), Some(9));
-    assert_eq!(s.compact_log(10, u64::MAX).unwrap(), None);
-    // Reopened: the log starts where it was compacted to.
-    drop(s);
-    let mut s = open(dir.path()).unwrap();
-    assert_eq!(s.first_index().unwrap(), 9);
-    assert_eq!(s.last_index().unwrap(), 10);
-    assert_eq!(s.log_bytes(), 2 * per_entry);
-    assert_eq!(s.snapshot(0, 0).unwrap().get_metadata().index, 8);
-    // Too big: compacted past a far-behind floor, up to the snapshot.
-    let more: Vec<Entry> = (11..=20).map(|i| entry(i, 1, &[0; 100])).collect();
-    s.append(&more).unwrap();
-    s.store_snapshot(18, b"tree@18".to_vec()).unwrap();
-    assert_eq!(s.compact_log(0, 5 * per_entry).unwrap(), Some(16));
-    assert_eq!(s.log_bytes(), 5 * per_entry);
-    assert_eq!(s.compact_log(0, 0).unwrap(), Some(19));
-    assert_eq!(s.first_index().unwrap(), 19);
+    for disk in Disk::both() {
+        let mut s = disk.open().unwrap();
+        s.bootstrap(vec![1]).unwrap();
+        let entries: Vec<Entry> = (1..=10).map(|i| entry(i, 1, &[0; 100])).collect();
+        s.append(&entries).unwrap();
+        let per_entry = s.log_bytes() / 10;
+        s.store_snapshot(8, b"tree@8".to_vec()).unwrap();
+        // A follower at 3: entries after it stay, though the snapshot is at 8.
+        assert_eq!(s.compact_log(3, u64::MAX).unwrap(), Some(4));
+        assert_eq!(s.term(3).unwrap(), 1);
+        assert!(s.term(2).is_err());
+        assert_eq!(
+            s.entries(4, 11, None, GetEntriesContext::empty(false))
+                .unwrap()
+                .len(),
+            7
+        );
+        // Never past the snapshot, whatever the floor says.
+        assert_eq!(s.compact_log(10, u64::MAX).unwrap(), Some(9));
+        assert_eq!(s.compact_log(10, u64::MAX).unwrap(), None);
+        // Reopened: the log starts where it was compacted to.
+        drop(s);
+        let mut s = disk.open().unwrap();
+        assert_eq!(s.first_index().unwrap(), 9);
+        assert_eq!(s.last_index().unwrap(), 10);
+        assert_eq!(s.log_bytes(), 2 * per_entry);
+        assert_eq!(s.snapshot(0, 0).unwrap().get_metadata().index, 8);
+        // Too big: compacted past a far-behind floor, up to the snapshot.
+        let more: Vec<Entry> = (11..=20).map(|i| entry(i, 1, &[0; 100])).collect();
+        s.append(&more).unwrap();
+        s.store_snapshot(18, b"tree@18".to_vec()).unwrap();
+        assert_eq!(s.compact_log(0, 5 * per_entry).unwrap(), Some(16));
+        assert_eq!(s.log_bytes(), 5 * per_entry);
+        assert_eq!(s.compact_log(0, 0).unwrap(), Some(19));
+        assert_eq!(s.first_index().unwrap(), 19);
+    }
 }
 
 /// Every journal file of a storage's data dir, largest first.
@@ -202,20 +258,21 @@ fn a_journal_that_lost_synced_entries_refuses_to_open() {
 
 #[test]
 fn a_log_cut_back_by_a_new_leader_is_not_a_loss() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let mut s = open(dir.path()).unwrap();
-        s.bootstrap(vec![1]).unwrap();
-        s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b"), entry(3, 1, b"c")])
-            .unwrap();
-        s.sync().unwrap();
-        // A new leader replaces 2..3 with a shorter suffix of its term.
-        s.append(&[entry(2, 2, b"B")]).unwrap();
-        s.sync().unwrap();
+    for disk in Disk::both() {
+        {
+            let mut s = disk.open().unwrap();
+            s.bootstrap(vec![1]).unwrap();
+            s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b"), entry(3, 1, b"c")])
+                .unwrap();
+            s.sync().unwrap();
+            // A new leader replaces 2..3 with a shorter suffix of its term.
+            s.append(&[entry(2, 2, b"B")]).unwrap();
+            s.sync().unwrap();
+        }
+        let s = disk.open().expect("a cut log opens");
+        assert_eq!(s.last_index().unwrap(), 2, "{}", disk.name());
+        assert_eq!(s.term(2).unwrap(), 2);
     }
-    let s = open(dir.path()).expect("a cut log opens");
-    assert_eq!(s.last_index().unwrap(), 2);
-    assert_eq!(s.term(2).unwrap(), 2);
 }
 
 #[test]
@@ -388,32 +445,33 @@ fn a_log_missing_committed_entries_refuses_to_open() {
 
 #[test]
 fn a_leader_snapshot_written_before_a_crash_finishes_its_install_on_start() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let mut s = open(dir.path()).unwrap();
-        s.bootstrap(vec![1, 2, 3]).unwrap();
-        s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b"), entry(3, 1, b"c")])
-            .unwrap();
-        s.sync().unwrap();
-        // The leader's snapshot at 10 is durable; the process dies
-        // before the log it replaces is dropped.
-        let mut meta = SnapshotMetadata {
-            index: 10,
-            term: 2,
-            ..Default::default()
-        };
-        meta.mut_conf_state().voters = vec![1, 2, 3, 4];
-        s.snap_dir().write(&meta, b"tree@10").unwrap();
+    for disk in Disk::both() {
+        {
+            let mut s = disk.open().unwrap();
+            s.bootstrap(vec![1, 2, 3]).unwrap();
+            s.append(&[entry(1, 1, b"a"), entry(2, 1, b"b"), entry(3, 1, b"c")])
+                .unwrap();
+            s.sync().unwrap();
+            // The leader's snapshot at 10 is durable; the process dies
+            // before the log it replaces is dropped.
+            let mut meta = SnapshotMetadata {
+                index: 10,
+                term: 2,
+                ..Default::default()
+            };
+            meta.mut_conf_state().voters = vec![1, 2, 3, 4];
+            s.snap_dir().write(&meta, b"tree@10").unwrap();
+        }
+        let s = disk.open().unwrap();
+        assert_eq!(s.snapshot_index(), 10);
+        assert_eq!(s.first_index().unwrap(), 11);
+        assert_eq!(s.last_index().unwrap(), 10);
+        assert_eq!(s.term(10).unwrap(), 2);
+        let state = s.initial_state().unwrap();
+        assert_eq!(state.hard_state.commit, 10);
+        assert_eq!(state.conf_state.voters, vec![1, 2, 3, 4]);
+        assert_eq!(&s.load_snapshot().unwrap().unwrap().data[..], b"tree@10");
     }
-    let s = open(dir.path()).unwrap();
-    assert_eq!(s.snapshot_index(), 10);
-    assert_eq!(s.first_index().unwrap(), 11);
-    assert_eq!(s.last_index().unwrap(), 10);
-    assert_eq!(s.term(10).unwrap(), 2);
-    let state = s.initial_state().unwrap();
-    assert_eq!(state.hard_state.commit, 10);
-    assert_eq!(state.conf_state.voters, vec![1, 2, 3, 4]);
-    assert_eq!(&s.load_snapshot().unwrap().unwrap().data[..], b"tree@10");
 }
 
 #[test]
@@ -452,109 +510,112 @@ fn a_snapshot_kept_in_fjall_by_an_older_version_becomes_a_file() {
 
 #[test]
 fn a_start_loads_the_newest_snapshot_file_and_drops_the_others() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let mut s = open(dir.path()).unwrap();
-        s.bootstrap(vec![1]).unwrap();
-        let entries: Vec<Entry> = (1..=10).map(|i| entry(i, 1, b"x")).collect();
-        s.append(&entries).unwrap();
-        s.sync().unwrap();
-        s.store_snapshot(4, b"tree@4".to_vec()).unwrap();
-        // A build under way when the server stopped: written, never
-        // recorded.
-        let newer = s.snapshot_meta_at(7).unwrap();
-        s.snap_dir().write(&newer, b"tree@7").unwrap();
+    for disk in Disk::both() {
+        {
+            let mut s = disk.open().unwrap();
+            s.bootstrap(vec![1]).unwrap();
+            let entries: Vec<Entry> = (1..=10).map(|i| entry(i, 1, b"x")).collect();
+            s.append(&entries).unwrap();
+            s.sync().unwrap();
+            s.store_snapshot(4, b"tree@4".to_vec()).unwrap();
+            // A build under way when the server stopped: written, never
+            // recorded.
+            let newer = s.snapshot_meta_at(7).unwrap();
+            s.snap_dir().write(&newer, b"tree@7").unwrap();
+        }
+        let s = disk.open().unwrap();
+        assert_eq!(s.snapshot_index(), 7);
+        assert_eq!(s.first_index().unwrap(), 1, "the log agrees: it stays");
+        assert_eq!(&s.load_snapshot().unwrap().unwrap().data[..], b"tree@7");
+        s.remove_older_snapshots().unwrap();
+        assert_eq!(s.snap_dir().list().unwrap(), vec![(7, 1)]);
     }
-    let s = open(dir.path()).unwrap();
-    assert_eq!(s.snapshot_index(), 7);
-    assert_eq!(s.first_index().unwrap(), 1, "the log agrees: it stays");
-    assert_eq!(&s.load_snapshot().unwrap().unwrap().data[..], b"tree@7");
-    s.remove_older_snapshots().unwrap();
-    assert_eq!(s.snap_dir().list().unwrap(), vec![(7, 1)]);
 }
 
 #[test]
 fn a_snapshot_written_late_never_replaces_a_newer_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut s = open(dir.path()).unwrap();
-    s.bootstrap(vec![1]).unwrap();
-    let entries: Vec<Entry> = (1..=10).map(|i| entry(i, 1, b"x")).collect();
-    s.append(&entries).unwrap();
-    // Taken at 5 on a thread; meanwhile one at 8 is stored.
-    let late = s.snapshot_meta_at(5).unwrap();
-    s.store_snapshot(8, b"tree@8".to_vec()).unwrap();
-    s.snap_dir().write(&late, b"tree@5").unwrap();
-    assert!(!s.snapshot_written(late).unwrap());
-    assert_eq!(s.snapshot_index(), 8);
-    assert_eq!(s.snap_dir().list().unwrap(), vec![(8, 1)]);
-    // One at the same index (a follower's own, after installing the
-    // leader's there) leaves the current file in place.
-    let same = s.snapshot_meta_at(8).unwrap();
-    s.snap_dir().write(&same, b"tree@8").unwrap();
-    assert!(!s.snapshot_written(same).unwrap());
-    assert_eq!(&s.load_snapshot().unwrap().unwrap().data[..], b"tree@8");
-    // One newer replaces it, and the older file goes.
-    let newer = s.snapshot_meta_at(10).unwrap();
-    s.snap_dir().write(&newer, b"tree@10").unwrap();
-    assert!(s.snapshot_written(newer).unwrap());
-    assert_eq!(s.snap_dir().list().unwrap(), vec![(10, 1)]);
-    assert_eq!(&s.load_snapshot().unwrap().unwrap().data[..], b"tree@10");
-    // Raft's snapshot for a follower describes the file (it is streamed).
-    let file = std::fs::read(s.snapshot_path()).unwrap();
-    let sent = s.snapshot(0, 0).unwrap();
-    assert_eq!(sent.get_metadata().index, 10);
-    let d = crate::raft::snapstream::Descriptor::parse(&sent.data)
-        .expect("a descriptor")
-        .unwrap();
-    assert_eq!(d.file_bytes, file.len() as u64);
-    let trailer = u64::from_le_bytes(file[file.len() - 8..].try_into().unwrap());
-    assert_eq!(d.checksum, trailer);
+    for disk in Disk::both() {
+        let mut s = disk.open().unwrap();
+        s.bootstrap(vec![1]).unwrap();
+        let entries: Vec<Entry> = (1..=10).map(|i| entry(i, 1, b"x")).collect();
+        s.append(&entries).unwrap();
+        // Taken at 5 on a thread; meanwhile one at 8 is stored.
+        let late = s.snapshot_meta_at(5).unwrap();
+        s.store_snapshot(8, b"tree@8".to_vec()).unwrap();
+        s.snap_dir().write(&late, b"tree@5").unwrap();
+        assert!(!s.snapshot_written(late).unwrap());
+        assert_eq!(s.snapshot_index(), 8);
+        assert_eq!(s.snap_dir().list().unwrap(), vec![(8, 1)]);
+        // One at the same index (a follower's own, after installing the
+        // leader's there) leaves the current file in place.
+        let same = s.snapshot_meta_at(8).unwrap();
+        s.snap_dir().write(&same, b"tree@8").unwrap();
+        assert!(!s.snapshot_written(same).unwrap());
+        assert_eq!(&s.load_snapshot().unwrap().unwrap().data[..], b"tree@8");
+        // One newer replaces it, and the older file goes.
+        let newer = s.snapshot_meta_at(10).unwrap();
+        s.snap_dir().write(&newer, b"tree@10").unwrap();
+        assert!(s.snapshot_written(newer).unwrap());
+        assert_eq!(s.snap_dir().list().unwrap(), vec![(10, 1)]);
+        assert_eq!(&s.load_snapshot().unwrap().unwrap().data[..], b"tree@10");
+        // Raft's snapshot for a follower describes the file (it is streamed).
+        let file = disk.files().read(&s.snapshot_path()).unwrap();
+        let sent = s.snapshot(0, 0).unwrap();
+        assert_eq!(sent.get_metadata().index, 10);
+        let d = crate::raft::snapstream::Descriptor::parse(&sent.data)
+            .expect("a descriptor")
+            .unwrap();
+        assert_eq!(d.file_bytes, file.len() as u64);
+        let trailer = u64::from_le_bytes(file[file.len() - 8..].try_into().unwrap());
+        assert_eq!(d.checksum, trailer);
+    }
 }
 
 #[test]
 fn a_received_snapshot_file_replaces_the_whole_log_and_survives_reopen() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut meta = SnapshotMetadata {
-        index: 10,
-        term: 2,
-        ..Default::default()
-    };
-    meta.mut_conf_state().voters = vec![1, 2, 3];
-    {
-        let mut s = open(dir.path()).unwrap();
-        s.bootstrap(vec![1, 2, 3]).unwrap();
-        // A log of another term that runs past the snapshot: all of it
-        // goes, the entries after 10 too.
-        let entries: Vec<Entry> = (1..=20).map(|i| entry(i, 1, b"old")).collect();
-        s.append(&entries).unwrap();
-        s.sync().unwrap();
-        // Received and fsynced under a temporary name, as the receiver
-        // leaves it.
-        let tmp = s.snap_dir().receive_path(10, 2, 1);
-        std::fs::write(&tmp, snapfile::encode(&meta, b"tree@10").unwrap()).unwrap();
-        s.install_snapshot_file(&meta, &tmp).unwrap();
-        assert!(!tmp.exists(), "renamed into place");
-        assert_eq!(s.snapshot_index(), 10);
+    for disk in Disk::both() {
+        let mut meta = SnapshotMetadata {
+            index: 10,
+            term: 2,
+            ..Default::default()
+        };
+        meta.mut_conf_state().voters = vec![1, 2, 3];
+        {
+            let mut s = disk.open().unwrap();
+            s.bootstrap(vec![1, 2, 3]).unwrap();
+            // A log of another term that runs past the snapshot: all of it
+            // goes, the entries after 10 too.
+            let entries: Vec<Entry> = (1..=20).map(|i| entry(i, 1, b"old")).collect();
+            s.append(&entries).unwrap();
+            s.sync().unwrap();
+            // Received and fsynced under a temporary name, as the receiver
+            // leaves it.
+            let tmp = s.snap_dir().receive_path(10, 2, 1);
+            write_file(&disk, &tmp, &snapfile::encode(&meta, b"tree@10").unwrap());
+            s.install_snapshot_file(&meta, &tmp).unwrap();
+            assert!(disk.files().read(&tmp).is_err(), "renamed into place");
+            assert_eq!(s.snapshot_index(), 10);
+            assert_eq!(s.first_index().unwrap(), 11);
+            assert_eq!(s.last_index().unwrap(), 10);
+            // One no newer is dropped, its file removed.
+            let tmp = s.snap_dir().receive_path(10, 2, 2);
+            write_file(&disk, &tmp, b"whatever");
+            s.install_snapshot_file(&meta, &tmp).unwrap();
+            assert!(disk.files().read(&tmp).is_err());
+            s.append(&[entry(11, 2, b"new")]).unwrap();
+            s.sync().unwrap();
+        }
+        let s = disk.open().unwrap();
         assert_eq!(s.first_index().unwrap(), 11);
-        assert_eq!(s.last_index().unwrap(), 10);
-        // One no newer is dropped, its file removed.
-        let tmp = s.snap_dir().receive_path(10, 2, 2);
-        std::fs::write(&tmp, b"whatever").unwrap();
-        s.install_snapshot_file(&meta, &tmp).unwrap();
-        assert!(!tmp.exists());
-        s.append(&[entry(11, 2, b"new")]).unwrap();
-        s.sync().unwrap();
+        assert_eq!(s.last_index().unwrap(), 11);
+        assert_eq!(s.term(10).unwrap(), 2);
+        assert_eq!(s.term(11).unwrap(), 2);
+        assert_eq!(
+            s.entries(11, 12, None, GetEntriesContext::empty(false))
+                .unwrap(),
+            vec![entry(11, 2, b"new")]
+        );
+        assert_eq!(&s.load_snapshot().unwrap().unwrap().data[..], b"tree@10");
+        assert_eq!(s.snap_dir().list().unwrap(), vec![(10, 2)]);
     }
-    let s = open(dir.path()).unwrap();
-    assert_eq!(s.first_index().unwrap(), 11);
-    assert_eq!(s.last_index().unwrap(), 11);
-    assert_eq!(s.term(10).unwrap(), 2);
-    assert_eq!(s.term(11).unwrap(), 2);
-    assert_eq!(
-        s.entries(11, 12, None, GetEntriesContext::empty(false))
-            .unwrap(),
-        vec![entry(11, 2, b"new")]
-    );
-    assert_eq!(&s.load_snapshot().unwrap().unwrap().data[..], b"tree@10");
-    assert_eq!(s.snap_dir().list().unwrap(), vec![(10, 2)]);
 }

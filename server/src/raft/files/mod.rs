@@ -54,6 +54,11 @@ pub trait Files: Send + Sync + Debug {
     fn remove(&self, path: &Path) -> io::Result<()>;
     /// Makes the names in `dir` (created, renamed, removed) durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Whether this is the real file system (what fjall, which has no
+    /// file layer, writes whatever it is given).
+    fn is_real(&self) -> bool {
+        false
+    }
 }
 
 /// An open file. Reads see every write made so far; what survives a power

@@ -64,6 +64,10 @@ impl Files for OsFiles {
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
     }
+
+    fn is_real(&self) -> bool {
+        true
+    }
 }
 
 impl FileHandle for OsFile {

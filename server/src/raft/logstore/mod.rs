@@ -118,6 +118,11 @@ impl LogBatch {
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
+
+    /// Drops what a write that failed half-built left.
+    pub fn clear(&mut self) {
+        self.ops.clear();
+    }
 }
 
 /// How far [`LogStore::persist`] takes what was written.
