@@ -375,13 +375,14 @@ impl Clients {
     pub fn enqueue(&mut self, conn: ConnId, slot: Slot, op: &'static str) {
         if let Some(c) = self.conns.get_mut(&conn) {
             c.queue.push_back(slot);
+            // os-clock: latency for /metrics and four-letter words only.
             c.timing.push_back((op, Instant::now()));
         }
     }
 
-    /// A linearizable read of `conn` waits for the ReadIndex of `ctx`.
-    pub fn await_read_index(&mut self, ctx: u64, conn: ConnId) {
-        let now = Instant::now();
+    /// A linearizable read of `conn` waits for the ReadIndex of `ctx`,
+    /// asked `now`.
+    pub fn await_read_index(&mut self, ctx: u64, conn: ConnId, now: Instant) {
         self.read_waiters.insert(
             ctx,
             ReadWaiter {
@@ -541,6 +542,7 @@ impl Clients {
             let slot = c.queue.pop_front().expect("front checked above");
             if let Some((op, since)) = c.timing.pop_front() {
                 // The same duration for /metrics and the four-letter words.
+                // os-clock: a measurement, decides nothing.
                 let took = since.elapsed();
                 self.op_metrics.observe(op, took);
                 c.figures.answered(op, applied, took);
@@ -842,9 +844,9 @@ mod tests {
     #[test]
     fn unanswered_read_index_questions_are_asked_again() {
         let mut clients = Clients::new(Limits::default(), OpMetrics::new());
-        clients.await_read_index(7, 1);
-        clients.await_read_index(8, 1);
         let now = Instant::now();
+        clients.await_read_index(7, 1, now);
+        clients.await_read_index(8, 1, now);
         assert!(clients.read_index_asks_due(now, false).is_empty());
         let mut all = clients.read_index_asks_due(now, true);
         all.sort_unstable();

@@ -10,8 +10,7 @@
 //! a leader change (those whose second apply changes nothing).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use prost::Message as _;
 use raft::eraftpb::ConfChange;
@@ -119,13 +118,15 @@ impl Proposals {
         self.next_id
     }
 
-    /// The log entry for `txn`, proposed by `node_id` for `request_id` now.
-    pub fn encode(&mut self, node_id: u64, request_id: u64, txn: Txn) -> Vec<u8> {
+    /// The log entry for `txn`, proposed by `node_id` for `request_id` at
+    /// wall time `time_ms` (the proposer's clock; a leader stamps its own
+    /// on what followers forward, see [`restamp`]).
+    pub fn encode(&mut self, node_id: u64, request_id: u64, txn: Txn, time_ms: i64) -> Vec<u8> {
         self.proposed += 1;
         Proposal {
             origin_node: node_id,
             request_id,
-            time_ms: now_ms(),
+            time_ms,
             txn: Some(txn),
         }
         .encode_to_vec()
@@ -342,50 +343,6 @@ impl Proposals {
     }
 }
 
-/// Added to this server's wall clock: a test-only knob
-/// (`--clock-offset-ms`) that makes one server's clock wrong on purpose.
-static CLOCK_OFFSET_MS: AtomicI64 = AtomicI64::new(0);
-
-/// Sets this process's clock offset (tests of clock skew only).
-pub fn set_clock_offset_ms(offset: i64) {
-    CLOCK_OFFSET_MS.store(offset, Ordering::Relaxed);
-}
-
-/// Tests of clock jumps: sets the offset from `file` (milliseconds; a
-/// missing or empty file is 0), when the server was given one
-/// (`--clock-offset-file`).
-pub fn reread_clock_offset(file: Option<&std::path::Path>) {
-    let Some(file) = file else {
-        return;
-    };
-    let offset = match std::fs::read_to_string(file) {
-        Ok(text) if text.trim().is_empty() => 0,
-        Ok(text) => match text.trim().parse::<i64>() {
-            Ok(ms) => ms,
-            Err(e) => {
-                tracing::warn!(file = %file.display(), error = %e, "clock offset file unreadable; offset kept");
-                return;
-            }
-        },
-        Err(_) => 0,
-    };
-    if CLOCK_OFFSET_MS.swap(offset, Ordering::Relaxed) != offset {
-        tracing::warn!(
-            offset_ms = offset,
-            "this server's wall clock jumped (test clock offset)"
-        );
-    }
-}
-
-/// Wall clock, milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-        + CLOCK_OFFSET_MS.load(Ordering::Relaxed)
-}
-
 /// The leader's stamp on the proposals a follower forwarded: node times
 /// (ctime, mtime, and so when a TTL node expires) come from the leader's
 /// clock only, whichever server took the write, as in ZooKeeper. Entries
@@ -539,7 +496,7 @@ mod tests {
         let mut p = Proposals::new();
         let mut entries = vec![
             raft::eraftpb::Entry {
-                data: p.encode(3, 42, Txn::default()).into(),
+                data: p.encode(3, 42, Txn::default(), 99).into(),
                 ..Default::default()
             },
             raft::eraftpb::Entry {
@@ -563,9 +520,12 @@ mod tests {
     #[test]
     fn encode_counts_and_carries_the_origin() {
         let mut p = Proposals::new();
-        let bytes = p.encode(3, 42, Txn::default());
+        let bytes = p.encode(3, 42, Txn::default(), 1234);
         let decoded = Proposal::decode(&bytes[..]).unwrap();
-        assert_eq!((decoded.origin_node, decoded.request_id), (3, 42));
+        assert_eq!(
+            (decoded.origin_node, decoded.request_id, decoded.time_ms),
+            (3, 42, 1234)
+        );
         assert_eq!(p.proposed(), 1);
     }
 }

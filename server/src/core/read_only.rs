@@ -146,7 +146,7 @@ impl Core {
             max_timeout_ms: self.m.cfg.max_session_timeout_ms,
             max_sessions: self.m.cfg.limits.sessions,
         };
-        let now = Instant::now();
+        let now = self.m.clock.now();
         let handshake =
             self.m
                 .read_only
