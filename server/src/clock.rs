@@ -18,7 +18,8 @@
 //! an fsync's duration, an operator's figure) decides nothing and may read
 //! the OS clock; each such site says so with an `os-clock:` comment, and a
 //! test ([`tests::the_core_reads_no_os_clock_unmarked`]) reads the core's
-//! sources and fails on any other.
+//! sources and fails on any other, and on any draw of OS randomness but
+//! the real server's seed (`os-rng:`, [`crate::core::CoreInputs`]).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -249,11 +250,21 @@ mod tests {
         files
     }
 
-    /// Every read of the OS clock (or of OS randomness) in the core's
-    /// sources outside their unit tests, unless an `os-clock:` comment on
-    /// the line or the line above says why it decides nothing.
+    /// Every read of the OS clock or of OS randomness in the core's
+    /// sources outside their unit tests, unless an `os-clock:` (or
+    /// `os-rng:`) comment on the line or the line above says why the core
+    /// may: a measurement that decides nothing, or the real server's
+    /// seed.
     fn unmarked_os_reads(text: &str) -> Vec<(usize, String)> {
-        const READS: [&str; 3] = ["Instant::now", "SystemTime::now", ".elapsed()"];
+        const READS: [&str; 7] = [
+            "Instant::now",
+            "SystemTime::now",
+            ".elapsed()",
+            "rand::random",
+            "rand::rng(",
+            "thread_rng",
+            "OsRng",
+        ];
         let lines: Vec<&str> = text.lines().collect();
         let mut found = Vec::new();
         for (n, line) in lines.iter().enumerate() {
@@ -269,7 +280,7 @@ mod tests {
             if code.starts_with("//") || !READS.iter().any(|r| code.contains(r)) {
                 continue;
             }
-            let marked = |l: &str| l.contains("// os-clock:");
+            let marked = |l: &str| l.contains("// os-clock:") || l.contains("// os-rng:");
             let above = n.checked_sub(1).map(|p| lines[p]);
             if !marked(line) && !above.is_some_and(marked) {
                 found.push((n + 1, line.to_string()));
@@ -280,7 +291,7 @@ mod tests {
 
     #[test]
     fn the_scan_finds_unmarked_reads_and_passes_marked_ones() {
-        let text = "fn a() {\n    let t = Instant::now();\n    // os-clock: a log line's took_ms\n    let s = Instant::now();\n    let r = w.elapsed();\n    let w = SystemTime::now(); // os-clock: a figure\n    let u = 1;\n    let e = s.elapsed();\n}\n#[cfg(test)]\nmod tests {\n    fn t() { Instant::now(); }\n}\n";
+        let text = "fn a() {\n    let t = Instant::now();\n    // os-clock: a log line's took_ms\n    let s = Instant::now();\n    let r = rand::random::<u64>();\n    let w = SystemTime::now(); // os-clock: a figure\n    let u = 1;\n    let e = s.elapsed();\n}\n#[cfg(test)]\nmod tests {\n    fn t() { Instant::now(); }\n}\n";
         let found: Vec<usize> = unmarked_os_reads(text)
             .into_iter()
             .map(|(n, _)| n)

@@ -64,6 +64,7 @@ use std::time::{Duration, Instant};
 
 use prost::Message as _;
 use raft::StateRole;
+use rand::rngs::StdRng;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
@@ -260,6 +261,9 @@ struct Machine {
     node_id: u64,
     /// Where every decision reads time (see [`crate::clock`]).
     clock: Box<dyn Clock>,
+    /// Every random draw the core makes (request ids, session ids and
+    /// passwords): seeded by [`CoreInputs`], a CSPRNG.
+    rng: StdRng,
     cfg: Config,
     tree: DataTree,
     clients: Clients,
@@ -392,6 +396,7 @@ impl Core {
             heartbeat_ticks: cfg.heartbeat_ticks,
         };
         let snap_dir = storage.snap_dir().clone();
+        let mut rng = inputs.rng();
         let mut raft = RaftNode::open(cfg.id, voters, cfg.join, storage, &timing, applied)?;
         raft.set_io_histograms(
             op_metrics.fsync_seconds.clone(),
@@ -430,6 +435,7 @@ impl Core {
         }
         let clients = Clients::new(cfg.limits, op_metrics.clone());
         let started = inputs.clock.now();
+        let proposals = Proposals::new(&mut rng);
         let leading = leading::Leading::new(
             cfg.unsafe_keep_removals_across_roles,
             cfg.unsafe_lose_removal_proposals,
@@ -442,11 +448,12 @@ impl Core {
             m: Machine {
                 node_id: cfg.id,
                 clock: inputs.clock,
+                rng,
                 cfg,
                 tree,
                 clients,
                 sessions: Sessions::default(),
-                proposals: Proposals::new(),
+                proposals,
                 leading,
                 role: StateRole::Follower,
                 leader_id: 0,

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use prost::Message as _;
 use raft::eraftpb::ConfChange;
+use rand::rngs::StdRng;
+use rand::Rng as _;
 
 use crate::proto::{Proposal, Txn};
 use crate::watch::ConnId;
@@ -94,20 +96,16 @@ pub struct Proposals {
     proposed: u64,
 }
 
-impl Default for Proposals {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Proposals {
-    pub fn new() -> Self {
+    /// An empty table whose ids start at a point drawn from `rng` (the
+    /// core's).
+    pub fn new(rng: &mut StdRng) -> Self {
         Self {
             waiting: HashMap::new(),
             // Random start: ids stay unique across restarts, so an entry of
             // an earlier life replayed from the log never answers a new
             // request.
-            next_id: rand::random::<u64>() >> 1,
+            next_id: rng.random::<u64>() >> 1,
             proposed: 0,
         }
     }
@@ -363,10 +361,15 @@ pub fn restamp(entries: &mut [raft::eraftpb::Entry], now_ms: i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::SeedableRng;
+
+    fn rng() -> StdRng {
+        StdRng::seed_from_u64(28)
+    }
 
     #[test]
     fn ids_are_fresh_and_never_zero() {
-        let mut p = Proposals::new();
+        let mut p = Proposals::new(&mut rng());
         p.next_id = u64::MAX;
         assert_eq!(p.next_id(), 1);
         assert_eq!(p.next_id(), 2);
@@ -374,7 +377,7 @@ mod tests {
 
     #[test]
     fn complete_answers_once() {
-        let mut p = Proposals::new();
+        let mut p = Proposals::new(&mut rng());
         let now = Instant::now();
         p.register(7, Waiter::Request { conn: 3 }, None, true, now);
         p.register(
@@ -395,7 +398,7 @@ mod tests {
 
     #[test]
     fn expiry_after_the_timeout_and_reproposal_restarts_the_clock() {
-        let mut p = Proposals::new();
+        let mut p = Proposals::new(&mut rng());
         let t0 = Instant::now();
         p.register(1, Waiter::Request { conn: 1 }, Some(vec![1]), true, t0);
         p.register(2, Waiter::Request { conn: 2 }, None, true, t0);
@@ -426,7 +429,7 @@ mod tests {
 
     #[test]
     fn conf_changes_are_retried_each_interval() {
-        let mut p = Proposals::new();
+        let mut p = Proposals::new(&mut rng());
         let t0 = Instant::now();
         let change = ConfChange {
             node_id: 4,
@@ -444,7 +447,7 @@ mod tests {
     #[test]
     fn a_reconfig_proposes_its_changes_in_turn() {
         use raft::eraftpb::ConfChangeType::*;
-        let mut p = Proposals::new();
+        let mut p = Proposals::new(&mut rng());
         let t0 = Instant::now();
         let change = |change_type, node_id| ConfChange {
             change_type,
@@ -493,7 +496,7 @@ mod tests {
 
     #[test]
     fn restamp_changes_the_time_only() {
-        let mut p = Proposals::new();
+        let mut p = Proposals::new(&mut rng());
         let mut entries = vec![
             raft::eraftpb::Entry {
                 data: p.encode(3, 42, Txn::default(), 99).into(),
@@ -519,7 +522,7 @@ mod tests {
 
     #[test]
     fn encode_counts_and_carries_the_origin() {
-        let mut p = Proposals::new();
+        let mut p = Proposals::new(&mut rng());
         let bytes = p.encode(3, 42, Txn::default(), 1234);
         let decoded = Proposal::decode(&bytes[..]).unwrap();
         assert_eq!(

@@ -147,11 +147,14 @@ impl Core {
             max_sessions: self.m.cfg.limits.sessions,
         };
         let now = self.m.clock.now();
-        let handshake =
-            self.m
-                .read_only
-                .sessions
-                .handshake(&self.m.tree, self.m.node_id, bounds, c, now);
+        let handshake = self.m.read_only.sessions.handshake(
+            &self.m.tree,
+            self.m.node_id,
+            bounds,
+            c,
+            now,
+            &mut self.m.rng,
+        );
         match handshake {
             Handshake::Resume(resp) => {
                 let id = resp.session_id;

@@ -96,7 +96,14 @@ impl Core {
             max_sessions: self.m.cfg.limits.sessions,
         };
         let creating = self.m.proposals.connects_pending();
-        match session::handshake(&self.m.tree, self.m.node_id, bounds, c, creating) {
+        match session::handshake(
+            &self.m.tree,
+            self.m.node_id,
+            bounds,
+            c,
+            creating,
+            &mut self.m.rng,
+        ) {
             Handshake::Refuse {
                 code,
                 message,
