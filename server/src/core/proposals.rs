@@ -277,17 +277,19 @@ impl Proposals {
 
     /// Membership changes not applied [`CONF_CHANGE_RETRY`] after they were
     /// last proposed: to propose again (applying one twice is a no-op).
+    /// In request id order (proposed in that order, whatever the table's).
     pub fn conf_changes_due(&mut self, now: Instant) -> Vec<ConfChange> {
         let mut due = Vec::new();
-        for w in self.waiting.values_mut() {
+        for (id, w) in self.waiting.iter_mut() {
             if let Some((change, last)) = &mut w.conf_change {
                 if now.duration_since(*last) >= CONF_CHANGE_RETRY {
                     *last = now;
-                    due.push(change.clone());
+                    due.push((*id, change.clone()));
                 }
             }
         }
-        due
+        due.sort_unstable_by_key(|(id, _)| *id);
+        due.into_iter().map(|(_, change)| change).collect()
     }
 
     /// After a leader snapshot replaced the tree: the waiters whose entries
@@ -440,6 +442,30 @@ mod tests {
         assert_eq!(p.conf_changes_due(t0 + CONF_CHANGE_RETRY), vec![change]);
         assert!(p.conf_changes_due(t0 + CONF_CHANGE_RETRY).is_empty());
         assert_eq!(p.complete(5), Some(Waiter::Request { conn: 9 }));
+    }
+
+    /// Several changes due at once are proposed in request id order,
+    /// whatever order the table keeps them in (it differs per process).
+    #[test]
+    fn conf_changes_due_together_come_in_request_order() {
+        let mut p = Proposals::new(&mut rng());
+        let t0 = Instant::now();
+        let ids = [41, 3, 27, 9, 15, 2, 33, 20];
+        for id in ids {
+            let change = ConfChange {
+                node_id: id,
+                ..Default::default()
+            };
+            p.register_conf_change(id, 1, change, t0);
+        }
+        let due: Vec<u64> = p
+            .conf_changes_due(t0 + CONF_CHANGE_RETRY)
+            .iter()
+            .map(|c| c.node_id)
+            .collect();
+        let mut sorted = ids.to_vec();
+        sorted.sort_unstable();
+        assert_eq!(due, sorted);
     }
 
     /// A reconfig's changes are due one after the other; a duplicate of
