@@ -17,7 +17,7 @@
 //! Time that only measures (a log line's `took_ms`, a latency histogram,
 //! an fsync's duration, an operator's figure) decides nothing and may read
 //! the OS clock; each such site says so with an `os-clock:` comment, and a
-//! test ([`tests::the_core_reads_no_os_clock_unmarked`]) reads the core's
+//! test (`the_core_reads_no_os_clock_unmarked`) reads the core's
 //! sources and fails on any other, and on any draw of OS randomness but
 //! the real server's seed (`os-rng:`, [`crate::core::CoreInputs`]).
 
