@@ -22,6 +22,7 @@ pub mod auth;
 pub mod authority;
 pub mod backup;
 pub mod backupfile;
+pub mod clock;
 pub mod config;
 pub mod conn;
 pub mod core;

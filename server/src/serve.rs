@@ -165,6 +165,7 @@ pub async fn serve(
         client,
         core_rt.handle().clone(),
         op_metrics.clone(),
+        crate::core::CoreInputs::os(&cfg),
     ) {
         Ok(core) => core,
         Err(e) => {

@@ -22,6 +22,9 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use rand::rngs::StdRng;
+use rand::Rng;
+
 use warden_protocol::pb::{self, ErrorCode};
 
 use crate::limits::{self, Limit};
@@ -140,13 +143,15 @@ pub struct SessionBounds {
 /// sessions this server proposed that have not applied yet (they count
 /// against the limit; creates in flight on other servers do not, so the
 /// bound is exact per server and may be passed by what other servers
-/// create meanwhile).
+/// create meanwhile). A new session's id and password are drawn from
+/// `rng`, the core's.
 pub fn handshake(
     tree: &DataTree,
     node_id: u64,
     bounds: SessionBounds,
     c: &pb::ConnectRequest,
     creating: usize,
+    rng: &mut StdRng,
 ) -> Handshake {
     let applied = tree.applied_index();
     if let Some(refusal) = refuse_if_behind(applied, c) {
@@ -166,8 +171,8 @@ pub fn handshake(
             };
         }
         return Handshake::Create(CreateSessionTxn {
-            session_id: new_session_id(node_id),
-            password: new_password(),
+            session_id: new_session_id(rng, node_id),
+            password: new_password(rng),
             timeout_ms: negotiate_timeout(
                 c.timeout_ms,
                 bounds.min_timeout_ms,
@@ -232,7 +237,8 @@ struct ReadOnlySession {
 impl ReadOnlySessions {
     /// Decides a read-only connect: a new local session, the resume of a
     /// local one, or of a replicated one (as read-only), or a refusal.
-    /// Answers carry `read_only`.
+    /// Answers carry `read_only`. A new session's id and password are
+    /// drawn from `rng`, the core's.
     pub fn handshake(
         &mut self,
         tree: &DataTree,
@@ -240,6 +246,7 @@ impl ReadOnlySessions {
         bounds: SessionBounds,
         c: &pb::ConnectRequest,
         now: Instant,
+        rng: &mut StdRng,
     ) -> Handshake {
         let applied = tree.applied_index();
         // Reads must never go back in time, read-only or not.
@@ -274,12 +281,12 @@ impl ReadOnlySessions {
             let timeout_ms =
                 negotiate_timeout(c.timeout_ms, bounds.min_timeout_ms, bounds.max_timeout_ms);
             let id = loop {
-                let id = new_session_id(node_id);
+                let id = new_session_id(rng, node_id);
                 if tree.session(id).is_none() && !self.local.contains_key(&id) {
                     break id;
                 }
             };
-            let password = new_password();
+            let password = new_password(rng);
             self.local.insert(
                 id,
                 ReadOnlySession {
@@ -297,7 +304,7 @@ impl ReadOnlySessions {
                 return answer(c.session_id, c.password.clone(), timeout_ms);
             }
             Some(_) => {}
-            None => match handshake(tree, node_id, bounds, c, 0) {
+            None => match handshake(tree, node_id, bounds, c, 0, rng) {
                 Handshake::Resume(r) => return answer(r.session_id, r.password, r.timeout_ms),
                 refused @ Handshake::Refuse { .. } => return refused,
                 Handshake::Create(_) => unreachable!("a resume never creates"),
@@ -442,10 +449,10 @@ pub fn negotiate_timeout(requested_ms: u32, min_ms: u32, max_ms: u32) -> u32 {
 }
 
 /// A new session id: this server's id in the top byte (so ids proposed by
-/// different servers never collide), random below.
-pub fn new_session_id(node_id: u64) -> u64 {
+/// different servers never collide), drawn from `rng` below.
+pub fn new_session_id(rng: &mut StdRng, node_id: u64) -> u64 {
     loop {
-        let low: u64 = rand::random::<u64>() & 0x00ff_ffff_ffff_ffff;
+        let low: u64 = rng.random::<u64>() & 0x00ff_ffff_ffff_ffff;
         let id = ((node_id & 0xff) << 56) | low;
         if id != 0 {
             return id;
@@ -453,14 +460,20 @@ pub fn new_session_id(node_id: u64) -> u64 {
     }
 }
 
-/// A new session password (16 random bytes).
-pub fn new_password() -> Vec<u8> {
-    rand::random::<[u8; 16]>().to_vec()
+/// A new session password: 16 bytes drawn from `rng` (a CSPRNG seeded
+/// from the OS in the real server, see [`crate::core::CoreInputs`]).
+pub fn new_password(rng: &mut StdRng) -> Vec<u8> {
+    rng.random::<[u8; 16]>().to_vec()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::SeedableRng;
+
+    fn rng() -> StdRng {
+        StdRng::seed_from_u64(28)
+    }
 
     #[test]
     fn expiry_touch_and_closing() {
@@ -496,10 +509,11 @@ mod tests {
         assert_eq!(negotiate_timeout(10, 1000, 60_000), 1000);
         assert_eq!(negotiate_timeout(100_000, 1000, 60_000), 60_000);
         assert_eq!(negotiate_timeout(5000, 1000, 60_000), 5000);
-        let id = new_session_id(3);
+        let mut rng = rng();
+        let id = new_session_id(&mut rng, 3);
         assert_eq!(id >> 56, 3);
-        assert_ne!(new_session_id(3), id);
-        assert_eq!(new_password().len(), 16);
+        assert_ne!(new_session_id(&mut rng, 3), id);
+        assert_eq!(new_password(&mut rng).len(), 16);
     }
 
     #[test]
@@ -559,6 +573,7 @@ mod tests {
 
     #[test]
     fn read_only_sessions_are_local_and_expire() {
+        let mut rng = rng();
         let t0 = Instant::now();
         let replicated = 0x0100_0000_0000_0042;
         let tree = tree_with_session(replicated, b"pw");
@@ -567,7 +582,7 @@ mod tests {
             timeout_ms: 3000,
             ..Default::default()
         };
-        let Handshake::Resume(r) = ro.handshake(&tree, 2, BOUNDS, &new, t0) else {
+        let Handshake::Resume(r) = ro.handshake(&tree, 2, BOUNDS, &new, t0, &mut rng) else {
             panic!("no read-only session");
         };
         assert!(r.read_only);
@@ -577,7 +592,7 @@ mod tests {
         assert_eq!(tree.session_count(), 1);
         // The limit counts read-only sessions too (BOUNDS: 2 sessions).
         assert!(matches!(
-            ro.handshake(&tree, 2, BOUNDS, &new, t0),
+            ro.handshake(&tree, 2, BOUNDS, &new, t0, &mut rng),
             Handshake::Refuse {
                 code: ErrorCode::LimitExceeded,
                 ..
@@ -590,7 +605,7 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(
-            ro.handshake(&tree, 2, BOUNDS, &again, t0),
+            ro.handshake(&tree, 2, BOUNDS, &again, t0, &mut rng),
             Handshake::Resume(pb::ConnectResponse {
                 read_only: true,
                 ..
@@ -601,7 +616,7 @@ mod tests {
             ..again.clone()
         };
         assert!(matches!(
-            ro.handshake(&tree, 2, BOUNDS, &wrong, t0),
+            ro.handshake(&tree, 2, BOUNDS, &wrong, t0, &mut rng),
             Handshake::Refuse {
                 code: ErrorCode::SessionExpired,
                 ..
@@ -613,7 +628,7 @@ mod tests {
             password: b"pw".to_vec(),
             ..Default::default()
         };
-        match ro.handshake(&tree, 2, BOUNDS, &held, t0) {
+        match ro.handshake(&tree, 2, BOUNDS, &held, t0, &mut rng) {
             Handshake::Resume(r) => {
                 assert!(r.read_only);
                 assert_eq!((r.session_id, r.timeout_ms), (replicated, 4000));
@@ -630,7 +645,7 @@ mod tests {
         );
         assert!(ro.is_empty());
         assert!(matches!(
-            ro.handshake(&tree, 2, BOUNDS, &again, t0),
+            ro.handshake(&tree, 2, BOUNDS, &again, t0, &mut rng),
             Handshake::Refuse {
                 code: ErrorCode::SessionExpired,
                 ..
@@ -640,6 +655,7 @@ mod tests {
 
     #[test]
     fn read_only_handshake_refuses_a_client_ahead_of_this_server() {
+        let mut rng = rng();
         let tree = tree_with_session(0x0100_0000_0000_0042, b"pw");
         let mut ro = ReadOnlySessions::default();
         // The tree has applied zxid 1; reads must never go back in time.
@@ -648,7 +664,7 @@ mod tests {
             last_zxid_seen: 2,
             ..Default::default()
         };
-        match ro.handshake(&tree, 2, BOUNDS, &ahead, Instant::now()) {
+        match ro.handshake(&tree, 2, BOUNDS, &ahead, Instant::now(), &mut rng) {
             Handshake::Refuse { code, message, .. } => {
                 assert_eq!(code, ErrorCode::ServerBehind);
                 assert!(message.contains("applied zxid 1"), "{message}");
@@ -660,12 +676,13 @@ mod tests {
 
     #[test]
     fn handshake_creates_resumes_and_refuses() {
+        let mut rng = rng();
         let tree = tree_with_session(0x0100_0000_0000_0042, b"pw");
         let new = pb::ConnectRequest {
             timeout_ms: 60_000,
             ..Default::default()
         };
-        match handshake(&tree, 1, BOUNDS, &new, 0) {
+        match handshake(&tree, 1, BOUNDS, &new, 0, &mut rng) {
             Handshake::Create(cs) => {
                 assert_eq!(cs.timeout_ms, 10_000, "clamped to the bounds");
                 assert_eq!(cs.session_id >> 56, 1);
@@ -673,7 +690,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // The limit counts sessions being created here too.
-        match handshake(&tree, 1, BOUNDS, &new, 1) {
+        match handshake(&tree, 1, BOUNDS, &new, 1, &mut rng) {
             Handshake::Refuse { code, limit, .. } => {
                 assert_eq!(code, ErrorCode::LimitExceeded);
                 assert_eq!(limit, Some(Limit::Sessions));
@@ -686,7 +703,7 @@ mod tests {
             last_zxid_seen: 1,
             ..Default::default()
         };
-        match handshake(&tree, 1, BOUNDS, &resume, 5) {
+        match handshake(&tree, 1, BOUNDS, &resume, 5, &mut rng) {
             Handshake::Resume(r) => {
                 assert_eq!(
                     (r.session_id, r.timeout_ms, r.zxid),
@@ -700,7 +717,7 @@ mod tests {
             ..resume.clone()
         };
         assert!(matches!(
-            handshake(&tree, 1, BOUNDS, &wrong, 0),
+            handshake(&tree, 1, BOUNDS, &wrong, 0, &mut rng),
             Handshake::Refuse {
                 code: ErrorCode::SessionExpired,
                 ..
@@ -711,7 +728,7 @@ mod tests {
             last_zxid_seen: 2,
             ..resume
         };
-        match handshake(&tree, 1, BOUNDS, &ahead, 0) {
+        match handshake(&tree, 1, BOUNDS, &ahead, 0, &mut rng) {
             Handshake::Refuse { code, message, .. } => {
                 assert_eq!(code, ErrorCode::ServerBehind);
                 assert!(message.contains("applied zxid 1"), "{message}");

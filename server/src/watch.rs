@@ -351,16 +351,20 @@ impl WatchRegistry {
     }
 
     /// The paths each connection watches (any kind, each path once),
-    /// sorted: ZooKeeper's `wchc`.
+    /// by connection, each sorted: ZooKeeper's `wchc`.
     pub fn paths_by_conn(&self) -> Vec<(ConnId, Vec<String>)> {
-        self.by_conn
+        let mut out: Vec<(ConnId, Vec<String>)> = self
+            .by_conn
             .iter()
             .filter(|(_, watches)| !watches.is_empty())
             .map(|(conn, watches)| {
                 let paths: BTreeSet<&String> = watches.iter().map(|(_, p)| p).collect();
                 (*conn, paths.into_iter().cloned().collect())
             })
-            .collect()
+            .collect();
+        // The table's order differs per process.
+        out.sort_unstable_by_key(|(conn, _)| *conn);
+        out
     }
 }
 

@@ -63,8 +63,10 @@ impl Latency {
     }
 }
 
-/// Milliseconds since the Unix epoch.
+/// Milliseconds since the Unix epoch, for operators' figures (a
+/// connection's `cons` line) that decide nothing.
 pub fn now_ms() -> i64 {
+    // os-clock: operators' figures only.
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -144,6 +146,7 @@ impl ServerFigures {
             received: 0,
             sent: 0,
             latency: Latency::default(),
+            // os-clock: uptime for operators' figures only.
             started: Instant::now(),
         }
     }

@@ -102,7 +102,7 @@ impl Machine {
         };
         if self.clients.bind_session(conn, session_id) {
             self.clients.set_epoch(conn, *epoch);
-            self.sessions.touch(session_id, Instant::now());
+            self.sessions.touch(session_id, self.clock.now());
             debug!(
                 session_id = format_args!("{session_id:#x}"),
                 epoch, "session resumed"
@@ -148,7 +148,7 @@ impl ReadyHandler for Machine {
                 kind: Some(peer_frame::Kind::Raft(bytes)),
             };
             if m.get_msg_type() == MessageType::MsgHeartbeat {
-                self.heartbeats_sent.entry(to).or_insert_with(Instant::now);
+                self.heartbeats_sent.entry(to).or_insert(self.clock.now());
             }
             if m.get_msg_type() == MessageType::MsgPropose {
                 // Raft never sends a forward again: held, not dropped.
@@ -196,7 +196,7 @@ impl ReadyHandler for Machine {
             Some(Kind::CreateSession(cs)) => self.sessions.created(
                 cs.session_id,
                 Duration::from_millis(u64::from(cs.timeout_ms)),
-                Instant::now(),
+                self.clock.now(),
             ),
             Some(Kind::GuardedDelete(g)) => self.leading.removal_applied(&g.path),
             _ => {}
@@ -284,6 +284,7 @@ impl ReadyHandler for Machine {
     }
 
     fn restore(&mut self, snapshot: &RaftSnapshot) -> Result<Option<std::path::PathBuf>, String> {
+        // os-clock: the install's took_ms, logged only.
         let started = Instant::now();
         let meta = snapshot.get_metadata();
         let (tree, file, received) = match Descriptor::parse(&snapshot.data) {
@@ -346,6 +347,7 @@ impl ReadyHandler for Machine {
             nodes = self.tree.node_count(),
             streamed = file.is_some(),
             received_ms = received.as_millis() as u64,
+            // os-clock: logged only.
             took_ms = started.elapsed().as_millis() as u64,
             "state machine replaced by leader snapshot"
         );
@@ -368,7 +370,7 @@ impl ReadyHandler for Machine {
         if ctx.origin_node == self.node_id && ctx.request_id != 0 {
             match self
                 .proposals
-                .conf_change_applied(ctx.request_id, change, Instant::now())
+                .conf_change_applied(ctx.request_id, change, self.clock.now())
             {
                 ConfApplied::Done {
                     waiter: Waiter::Request { conn },
@@ -415,10 +417,10 @@ impl ReadyHandler for Machine {
                 .sessions()
                 .map(|(id, s)| (id, Duration::from_millis(u64::from(s.timeout_ms))))
                 .collect();
-            self.sessions.promote(sessions, Instant::now());
+            self.sessions.promote(sessions, self.clock.now());
         } else if self.role != StateRole::Leader {
             self.sessions.demote();
         }
-        self.read_only_role_changed(Instant::now());
+        self.read_only_role_changed(self.clock.now());
     }
 }

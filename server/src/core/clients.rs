@@ -16,7 +16,7 @@
 //! It never blocks on a connection: a client whose outbound queue is full
 //! is disconnected (its session lives on until it resumes or expires).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -139,10 +139,10 @@ pub(super) struct Clients {
     read_waiters: HashMap<u64, ReadWaiter>,
     /// Connections with a read whose ReadIndex answer is ahead of what we
     /// have applied, by that index: flushed once `applied` reaches it.
-    reads_blocked: BTreeMap<u64, HashSet<ConnId>>,
+    reads_blocked: BTreeMap<u64, BTreeSet<ConnId>>,
     /// Connections whose reads wait for their outbound queue to drain
     /// (flushed again every tick).
-    out_paused: HashSet<ConnId>,
+    out_paused: BTreeSet<ConnId>,
     limits: Limits,
     op_metrics: OpMetrics,
     /// Packets and latencies of every connection (ZooKeeper's `srvr`).
@@ -160,7 +160,7 @@ impl Clients {
             watches: WatchRegistry::with_limit(limits.watches_per_session),
             read_waiters: HashMap::new(),
             reads_blocked: BTreeMap::new(),
-            out_paused: HashSet::new(),
+            out_paused: BTreeSet::new(),
             limits,
             op_metrics,
             figures: ServerFigures::new(),
@@ -359,12 +359,14 @@ impl Clients {
     /// Drops every connection `pick` chooses (their sessions live on);
     /// how many.
     pub fn drop_where(&mut self, pick: impl Fn(&Conn) -> bool, why: &str) -> usize {
-        let picked: Vec<ConnId> = self
+        let mut picked: Vec<ConnId> = self
             .conns
             .iter()
             .filter(|(_, c)| pick(c))
             .map(|(id, _)| *id)
             .collect();
+        // In connection order, not the table's (which differs per process).
+        picked.sort_unstable();
         for &conn in &picked {
             self.drop_conn(conn, why);
         }
@@ -375,13 +377,14 @@ impl Clients {
     pub fn enqueue(&mut self, conn: ConnId, slot: Slot, op: &'static str) {
         if let Some(c) = self.conns.get_mut(&conn) {
             c.queue.push_back(slot);
+            // os-clock: latency for /metrics and four-letter words only.
             c.timing.push_back((op, Instant::now()));
         }
     }
 
-    /// A linearizable read of `conn` waits for the ReadIndex of `ctx`.
-    pub fn await_read_index(&mut self, ctx: u64, conn: ConnId) {
-        let now = Instant::now();
+    /// A linearizable read of `conn` waits for the ReadIndex of `ctx`,
+    /// asked `now`.
+    pub fn await_read_index(&mut self, ctx: u64, conn: ConnId, now: Instant) {
         self.read_waiters.insert(
             ctx,
             ReadWaiter {
@@ -407,6 +410,8 @@ impl Clients {
                 due.push(*ctx);
             }
         }
+        // Asked in the order the reads came, not the table's.
+        due.sort_unstable();
         due
     }
 
@@ -541,6 +546,7 @@ impl Clients {
             let slot = c.queue.pop_front().expect("front checked above");
             if let Some((op, since)) = c.timing.pop_front() {
                 // The same duration for /metrics and the four-letter words.
+                // os-clock: a measurement, decides nothing.
                 let took = since.elapsed();
                 self.op_metrics.observe(op, took);
                 c.figures.answered(op, applied, took);
@@ -714,12 +720,13 @@ impl Clients {
     /// Linearizable reads no leader confirmed within [`PROPOSAL_TIMEOUT`]
     /// are answered NotReady.
     pub fn fail_stale_reads(&mut self, now: Instant, tree: &DataTree) {
-        let stale: Vec<(u64, ConnId)> = self
+        let mut stale: Vec<(u64, ConnId)> = self
             .read_waiters
             .iter()
             .filter(|(_, w)| now.duration_since(w.since) >= PROPOSAL_TIMEOUT)
             .map(|(ctx, w)| (*ctx, w.conn))
             .collect();
+        stale.sort_unstable();
         let zxid = tree.applied_index();
         for (ctx, conn) in stale {
             self.read_waiters.remove(&ctx);
@@ -755,7 +762,8 @@ impl Clients {
     /// change, which cannot be replayed): its client reconnects and
     /// re-reads.
     pub fn after_snapshot(&mut self, old: &DataTree, new: &DataTree) {
-        let conns: Vec<ConnId> = self.conns.keys().copied().collect();
+        let mut conns: Vec<ConnId> = self.conns.keys().copied().collect();
+        conns.sort_unstable();
         let mut closed = 0;
         for &conn in &conns {
             let Some(c) = self.conns.get(&conn) else {
@@ -842,19 +850,24 @@ mod tests {
     #[test]
     fn unanswered_read_index_questions_are_asked_again() {
         let mut clients = Clients::new(Limits::default(), OpMetrics::new());
-        clients.await_read_index(7, 1);
-        clients.await_read_index(8, 1);
         let now = Instant::now();
+        // Asked in the order the reads came (their ctx), whatever the
+        // table's order: what raft is asked must not differ per process.
+        let asked = [13, 7, 21, 8, 2, 34, 5];
+        for ctx in asked {
+            clients.await_read_index(ctx, 1, now);
+        }
+        let mut sorted = asked.to_vec();
+        sorted.sort_unstable();
         assert!(clients.read_index_asks_due(now, false).is_empty());
-        let mut all = clients.read_index_asks_due(now, true);
-        all.sort_unstable();
-        assert_eq!(all, vec![7, 8]);
+        assert_eq!(clients.read_index_asks_due(now, true), sorted);
         // Asked again just now: not due until the interval has passed.
         assert!(clients.read_index_asks_due(now, false).is_empty());
         let later = now + READ_INDEX_ASK_AGAIN;
-        let mut due = clients.read_index_asks_due(later, false);
-        due.sort_unstable();
-        assert_eq!(due, vec![7, 8]);
+        assert_eq!(clients.read_index_asks_due(later, false), sorted);
+        for ctx in [13, 21, 2, 34, 5] {
+            clients.read_waiters.remove(&ctx);
+        }
 
         let tree = DataTree::new();
         clients.read_states(

@@ -46,6 +46,7 @@ mod apply;
 mod clients;
 mod forwards;
 mod frames;
+mod inputs;
 mod installs;
 mod leading;
 mod peers;
@@ -63,11 +64,13 @@ use std::time::{Duration, Instant};
 
 use prost::Message as _;
 use raft::StateRole;
+use rand::rngs::StdRng;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 use warden_protocol::pb::{self, ErrorCode};
 
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::ops::Failure;
 use crate::outbound::OutboundTx;
@@ -81,6 +84,7 @@ use crate::tree::{DataTree, FrozenTree};
 use crate::watch::ConnId;
 
 use clients::Clients;
+pub use inputs::CoreInputs;
 use proposals::{Proposals, Waiter, PROPOSAL_TIMEOUT};
 pub use snapshots::release_freed_memory;
 
@@ -255,6 +259,11 @@ pub enum CoreError {
 /// [`crate::raft::ReadyHandler`] the Ready loop drives).
 struct Machine {
     node_id: u64,
+    /// Where every decision reads time (see [`crate::clock`]).
+    clock: Box<dyn Clock>,
+    /// Every random draw the core makes (request ids, session ids and
+    /// passwords): seeded by [`CoreInputs`], a CSPRNG.
+    rng: StdRng,
     cfg: Config,
     tree: DataTree,
     clients: Clients,
@@ -321,12 +330,15 @@ pub struct Core {
 
 impl Core {
     /// Opens the storage, restores the latest snapshot and starts the node.
-    /// `runtime` runs the peer connections (the core's own, in the server).
+    /// `runtime` runs the peer connections (the core's own, in the server);
+    /// `inputs` are what the core decides by and does not take from the
+    /// world itself (the real server: [`CoreInputs::os`]).
     pub fn open(
         cfg: Config,
         client_addr: SocketAddr,
         runtime: tokio::runtime::Handle,
         op_metrics: crate::opmetrics::OpMetrics,
+        inputs: CoreInputs,
     ) -> Result<Self, CoreError> {
         std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
             CoreError::Storage(crate::raft::StorageError::Corrupt {
@@ -343,6 +355,7 @@ impl Core {
         }
         let tree = match storage.load_snapshot()? {
             Some(snap) => {
+                // os-clock: the restore's took_ms, logged only.
                 let started = Instant::now();
                 let file = storage.snapshot_path().display().to_string();
                 let decoded = proto::Snapshot::decode(&snap.data[..])
@@ -355,6 +368,7 @@ impl Core {
                 info!(
                     index = tree.applied_index(),
                     nodes = tree.node_count(),
+                    // os-clock: logged only.
                     took_ms = started.elapsed().as_millis() as u64,
                     "restored snapshot"
                 );
@@ -382,6 +396,7 @@ impl Core {
             heartbeat_ticks: cfg.heartbeat_ticks,
         };
         let snap_dir = storage.snap_dir().clone();
+        let mut rng = inputs.rng();
         let mut raft = RaftNode::open(cfg.id, voters, cfg.join, storage, &timing, applied)?;
         raft.set_io_histograms(
             op_metrics.fsync_seconds.clone(),
@@ -412,7 +427,6 @@ impl Core {
         for (id, addr) in tree.members() {
             transport.add_peer(*id, addr);
         }
-        proposals::set_clock_offset_ms(cfg.clock_offset_ms);
         if cfg.unsafe_skip_read_index {
             warn!("--unsafe-skip-read-index: linearizable reads are served without ReadIndex and may be stale; a known-bad mode for testing the test suite only");
         }
@@ -420,6 +434,8 @@ impl Core {
             warn!("--unsafe-bounded-dedup: ZooKeeper-port writes proposed again after a leader change may apply twice; a known-bad mode for tests only");
         }
         let clients = Clients::new(cfg.limits, op_metrics.clone());
+        let started = inputs.clock.now();
+        let proposals = Proposals::new(&mut rng);
         let leading = leading::Leading::new(
             cfg.unsafe_keep_removals_across_roles,
             cfg.unsafe_lose_removal_proposals,
@@ -431,11 +447,13 @@ impl Core {
             raft,
             m: Machine {
                 node_id: cfg.id,
+                clock: inputs.clock,
+                rng,
                 cfg,
                 tree,
                 clients,
                 sessions: Sessions::default(),
-                proposals: Proposals::new(),
+                proposals,
                 leading,
                 role: StateRole::Follower,
                 leader_id: 0,
@@ -453,7 +471,7 @@ impl Core {
                 leader_floor: 0,
                 reconfigs_done: Vec::new(),
                 conf_change_due: false,
-                read_only: read_only::ReadOnlyMode::new(Instant::now()),
+                read_only: read_only::ReadOnlyMode::new(started),
                 installs: installs::Installs::new(snap_dir),
                 contacts: quorum::Contacts::default(),
                 join_waits: Vec::new(),
@@ -482,19 +500,19 @@ impl Core {
                 _ = &mut shutdown => break Ok(()),
                 msg = rx.recv() => {
                     let Some(msg) = msg else { break Ok(()) };
-                    woke = Instant::now();
+                    woke = self.m.clock.now();
                     self.handle(msg);
                     self.drain(&mut rx, &mut peer_rx);
                 }
                 frame = peer_rx.recv() => {
-                    woke = Instant::now();
+                    woke = self.m.clock.now();
                     if let Some(frame) = frame {
                         self.on_peer(frame);
                         self.drain(&mut rx, &mut peer_rx);
                     }
                 }
                 _ = ticker.tick() => {
-                    woke = Instant::now();
+                    woke = self.m.clock.now();
                     self.on_tick();
                 }
             }
@@ -507,7 +525,7 @@ impl Core {
             }
             // A turn of the loop this long kept every client of this
             // server, and raft's ticks, waiting.
-            let busy = woke.elapsed();
+            let busy = self.m.clock.now().saturating_duration_since(woke);
             if busy >= CORE_BUSY_LOGGED {
                 info!(busy_ms = busy.as_millis() as u64, "the core was busy");
             }
@@ -538,9 +556,9 @@ impl Core {
     /// handled only after a batch of new requests they would wait for a
     /// second fsync before the commit is seen.
     fn drain(&mut self, rx: &mut mpsc::Receiver<CoreMsg>, peer_rx: &mut mpsc::Receiver<PeerEvent>) {
-        let started = Instant::now();
+        let started = self.m.clock.now();
         for _ in 0..BATCH_MSGS_MAX {
-            if started.elapsed() >= BATCH_TIME_MAX {
+            if self.m.clock.now().saturating_duration_since(started) >= BATCH_TIME_MAX {
                 break;
             }
             let mut any = false;
@@ -576,7 +594,7 @@ impl Core {
             self.ready_loop()?;
         }
         if std::mem::take(&mut self.m.conf_change_due) {
-            self.propose_due_conf_changes(Instant::now());
+            self.propose_due_conf_changes(self.m.clock.now());
             self.ready_loop()?;
         }
         self.answer_reconfigs();
@@ -699,8 +717,9 @@ impl Core {
         self.m.forwards.flush(&self.m.transport);
         self.m.clients.retry_paused(&self.m.tree);
         self.compaction_due = true;
-        self.expire_waiters(Instant::now());
-        self.m.read_only_tick(Instant::now());
+        let now = self.m.clock.now();
+        self.expire_waiters(now);
+        self.m.read_only_tick(now);
         self.ask_reads_again(false);
         self.settle_join_waits();
         // At once on the first tick too: a server started with --join is
@@ -712,7 +731,7 @@ impl Core {
             self.report_touches();
             return;
         }
-        for id in self.m.sessions.take_expired(Instant::now()) {
+        for id in self.m.sessions.take_expired(now) {
             debug!(session_id = format_args!("{id:#x}"), "session expired");
             self.m.op_metrics.session_expiries.inc();
             let txn = Txn {
@@ -727,8 +746,9 @@ impl Core {
             }
         }
         if self.ticks.is_multiple_of(REMOVAL_CHECK_TICKS) {
-            proposals::reread_clock_offset(self.m.cfg.clock_offset_file.as_deref());
-            for guarded in self.m.leading.removals_due(&self.m.tree, Instant::now()) {
+            self.m.clock.refresh();
+            let now = self.m.clock.now();
+            for guarded in self.m.leading.removals_due(&self.m.tree, now) {
                 let path = guarded.path.clone();
                 let txn = Txn {
                     kind: Some(Kind::GuardedDelete(guarded)),
@@ -819,7 +839,7 @@ impl Core {
     /// (again): a txn that did commit is recognised on its second apply
     /// (session + xid, or an existing session id) and changes nothing.
     fn repropose_after_leader_change(&mut self) {
-        let again = self.m.proposals.for_reproposal(Instant::now());
+        let again = self.m.proposals.for_reproposal(self.m.clock.now());
         if !again.is_empty() {
             info!(
                 count = again.len(),

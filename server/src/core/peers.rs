@@ -67,7 +67,7 @@ impl Core {
         // Before the membership check: a server started with --join calls
         // in before it is a member, and the quorum rule counts it then.
         if from != self.m.node_id {
-            self.m.contacts.heard(from, Instant::now());
+            self.m.contacts.heard(from, self.m.clock.now());
         }
         if !self.is_member(from) {
             crate::raft::peer_auth::refused(
@@ -103,13 +103,14 @@ impl Core {
                     Ok(mut msg) => {
                         if msg.get_msg_type() == raft::eraftpb::MessageType::MsgHeartbeatResponse {
                             if let Some(sent) = self.m.heartbeats_sent.remove(&from) {
-                                self.m.op_metrics.peer_rtt(from, sent.elapsed());
+                                let rtt = self.m.clock.now().saturating_duration_since(sent);
+                                self.m.op_metrics.peer_rtt(from, rtt);
                             }
                         }
                         if self.m.role == StateRole::Leader
                             && msg.get_msg_type() == raft::eraftpb::MessageType::MsgPropose
                         {
-                            proposals::restamp(msg.mut_entries(), proposals::now_ms());
+                            proposals::restamp(msg.mut_entries(), self.m.clock.wall_ms());
                         }
                         if let Err(e) = self.raft.step(msg) {
                             debug!(from = frame.from, error = %e, "raft message refused");
@@ -123,7 +124,7 @@ impl Core {
             Some(peer_frame::Kind::Touch(t)) => {
                 self.m
                     .sessions
-                    .touched_elsewhere(t.session_ids, Instant::now());
+                    .touched_elsewhere(t.session_ids, self.m.clock.now());
             }
             Some(peer_frame::Kind::Status(st)) => {
                 if from == self.m.leader_id {
@@ -138,7 +139,9 @@ impl Core {
                         .peer_status
                         .get(&frame.from)
                         .is_none_or(|(known, _)| known.zk_addr != st.zk_addr);
-                self.m.peer_status.insert(frame.from, (st, Instant::now()));
+                self.m
+                    .peer_status
+                    .insert(frame.from, (st, self.m.clock.now()));
                 if zk_addr_learned {
                     let zxid = self.m.tree.applied_index();
                     self.m.clients.config_changed(zxid);

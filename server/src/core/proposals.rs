@@ -10,11 +10,12 @@
 //! a leader change (those whose second apply changes nothing).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use prost::Message as _;
 use raft::eraftpb::ConfChange;
+use rand::rngs::StdRng;
+use rand::Rng as _;
 
 use crate::proto::{Proposal, Txn};
 use crate::watch::ConnId;
@@ -95,20 +96,16 @@ pub struct Proposals {
     proposed: u64,
 }
 
-impl Default for Proposals {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Proposals {
-    pub fn new() -> Self {
+    /// An empty table whose ids start at a point drawn from `rng` (the
+    /// core's).
+    pub fn new(rng: &mut StdRng) -> Self {
         Self {
             waiting: HashMap::new(),
             // Random start: ids stay unique across restarts, so an entry of
             // an earlier life replayed from the log never answers a new
             // request.
-            next_id: rand::random::<u64>() >> 1,
+            next_id: rng.random::<u64>() >> 1,
             proposed: 0,
         }
     }
@@ -119,13 +116,15 @@ impl Proposals {
         self.next_id
     }
 
-    /// The log entry for `txn`, proposed by `node_id` for `request_id` now.
-    pub fn encode(&mut self, node_id: u64, request_id: u64, txn: Txn) -> Vec<u8> {
+    /// The log entry for `txn`, proposed by `node_id` for `request_id` at
+    /// wall time `time_ms` (the proposer's clock; a leader stamps its own
+    /// on what followers forward, see [`restamp`]).
+    pub fn encode(&mut self, node_id: u64, request_id: u64, txn: Txn, time_ms: i64) -> Vec<u8> {
         self.proposed += 1;
         Proposal {
             origin_node: node_id,
             request_id,
-            time_ms: now_ms(),
+            time_ms,
             txn: Some(txn),
         }
         .encode_to_vec()
@@ -278,17 +277,19 @@ impl Proposals {
 
     /// Membership changes not applied [`CONF_CHANGE_RETRY`] after they were
     /// last proposed: to propose again (applying one twice is a no-op).
+    /// In request id order (proposed in that order, whatever the table's).
     pub fn conf_changes_due(&mut self, now: Instant) -> Vec<ConfChange> {
         let mut due = Vec::new();
-        for w in self.waiting.values_mut() {
+        for (id, w) in self.waiting.iter_mut() {
             if let Some((change, last)) = &mut w.conf_change {
                 if now.duration_since(*last) >= CONF_CHANGE_RETRY {
                     *last = now;
-                    due.push(change.clone());
+                    due.push((*id, change.clone()));
                 }
             }
         }
-        due
+        due.sort_unstable_by_key(|(id, _)| *id);
+        due.into_iter().map(|(_, change)| change).collect()
     }
 
     /// After a leader snapshot replaced the tree: the waiters whose entries
@@ -342,50 +343,6 @@ impl Proposals {
     }
 }
 
-/// Added to this server's wall clock: a test-only knob
-/// (`--clock-offset-ms`) that makes one server's clock wrong on purpose.
-static CLOCK_OFFSET_MS: AtomicI64 = AtomicI64::new(0);
-
-/// Sets this process's clock offset (tests of clock skew only).
-pub fn set_clock_offset_ms(offset: i64) {
-    CLOCK_OFFSET_MS.store(offset, Ordering::Relaxed);
-}
-
-/// Tests of clock jumps: sets the offset from `file` (milliseconds; a
-/// missing or empty file is 0), when the server was given one
-/// (`--clock-offset-file`).
-pub fn reread_clock_offset(file: Option<&std::path::Path>) {
-    let Some(file) = file else {
-        return;
-    };
-    let offset = match std::fs::read_to_string(file) {
-        Ok(text) if text.trim().is_empty() => 0,
-        Ok(text) => match text.trim().parse::<i64>() {
-            Ok(ms) => ms,
-            Err(e) => {
-                tracing::warn!(file = %file.display(), error = %e, "clock offset file unreadable; offset kept");
-                return;
-            }
-        },
-        Err(_) => 0,
-    };
-    if CLOCK_OFFSET_MS.swap(offset, Ordering::Relaxed) != offset {
-        tracing::warn!(
-            offset_ms = offset,
-            "this server's wall clock jumped (test clock offset)"
-        );
-    }
-}
-
-/// Wall clock, milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-        + CLOCK_OFFSET_MS.load(Ordering::Relaxed)
-}
-
 /// The leader's stamp on the proposals a follower forwarded: node times
 /// (ctime, mtime, and so when a TTL node expires) come from the leader's
 /// clock only, whichever server took the write, as in ZooKeeper. Entries
@@ -406,10 +363,15 @@ pub fn restamp(entries: &mut [raft::eraftpb::Entry], now_ms: i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::SeedableRng;
+
+    fn rng() -> StdRng {
+        StdRng::seed_from_u64(28)
+    }
 
     #[test]
     fn ids_are_fresh_and_never_zero() {
-        let mut p = Proposals::new();
+        let mut p = Proposals::new(&mut rng());
         p.next_id = u64::MAX;
         assert_eq!(p.next_id(), 1);
         assert_eq!(p.next_id(), 2);
@@ -417,7 +379,7 @@ mod tests {
 
     #[test]
     fn complete_answers_once() {
-        let mut p = Proposals::new();
+        let mut p = Proposals::new(&mut rng());
         let now = Instant::now();
         p.register(7, Waiter::Request { conn: 3 }, None, true, now);
         p.register(
@@ -438,7 +400,7 @@ mod tests {
 
     #[test]
     fn expiry_after_the_timeout_and_reproposal_restarts_the_clock() {
-        let mut p = Proposals::new();
+        let mut p = Proposals::new(&mut rng());
         let t0 = Instant::now();
         p.register(1, Waiter::Request { conn: 1 }, Some(vec![1]), true, t0);
         p.register(2, Waiter::Request { conn: 2 }, None, true, t0);
@@ -469,7 +431,7 @@ mod tests {
 
     #[test]
     fn conf_changes_are_retried_each_interval() {
-        let mut p = Proposals::new();
+        let mut p = Proposals::new(&mut rng());
         let t0 = Instant::now();
         let change = ConfChange {
             node_id: 4,
@@ -482,12 +444,36 @@ mod tests {
         assert_eq!(p.complete(5), Some(Waiter::Request { conn: 9 }));
     }
 
+    /// Several changes due at once are proposed in request id order,
+    /// whatever order the table keeps them in (it differs per process).
+    #[test]
+    fn conf_changes_due_together_come_in_request_order() {
+        let mut p = Proposals::new(&mut rng());
+        let t0 = Instant::now();
+        let ids = [41, 3, 27, 9, 15, 2, 33, 20];
+        for id in ids {
+            let change = ConfChange {
+                node_id: id,
+                ..Default::default()
+            };
+            p.register_conf_change(id, 1, change, t0);
+        }
+        let due: Vec<u64> = p
+            .conf_changes_due(t0 + CONF_CHANGE_RETRY)
+            .iter()
+            .map(|c| c.node_id)
+            .collect();
+        let mut sorted = ids.to_vec();
+        sorted.sort_unstable();
+        assert_eq!(due, sorted);
+    }
+
     /// A reconfig's changes are due one after the other; a duplicate of
     /// an earlier one applied again advances nothing.
     #[test]
     fn a_reconfig_proposes_its_changes_in_turn() {
         use raft::eraftpb::ConfChangeType::*;
-        let mut p = Proposals::new();
+        let mut p = Proposals::new(&mut rng());
         let t0 = Instant::now();
         let change = |change_type, node_id| ConfChange {
             change_type,
@@ -536,10 +522,10 @@ mod tests {
 
     #[test]
     fn restamp_changes_the_time_only() {
-        let mut p = Proposals::new();
+        let mut p = Proposals::new(&mut rng());
         let mut entries = vec![
             raft::eraftpb::Entry {
-                data: p.encode(3, 42, Txn::default()).into(),
+                data: p.encode(3, 42, Txn::default(), 99).into(),
                 ..Default::default()
             },
             raft::eraftpb::Entry {
@@ -562,10 +548,13 @@ mod tests {
 
     #[test]
     fn encode_counts_and_carries_the_origin() {
-        let mut p = Proposals::new();
-        let bytes = p.encode(3, 42, Txn::default());
+        let mut p = Proposals::new(&mut rng());
+        let bytes = p.encode(3, 42, Txn::default(), 1234);
         let decoded = Proposal::decode(&bytes[..]).unwrap();
-        assert_eq!((decoded.origin_node, decoded.request_id), (3, 42));
+        assert_eq!(
+            (decoded.origin_node, decoded.request_id, decoded.time_ms),
+            (3, 42, 1234)
+        );
         assert_eq!(p.proposed(), 1);
     }
 }

@@ -203,7 +203,10 @@ enum Verdict {
 impl Core {
     /// The servers heard from lately, this one included.
     pub(super) fn heard_recently(&self) -> BTreeSet<u64> {
-        let mut heard = self.m.contacts.recent(self.live_window(), Instant::now());
+        let mut heard = self
+            .m
+            .contacts
+            .recent(self.live_window(), self.m.clock.now());
         heard.insert(self.m.node_id);
         heard
     }
@@ -261,7 +264,7 @@ impl Core {
                         request_id,
                         id,
                         addr,
-                        since: Instant::now(),
+                        since: self.m.clock.now(),
                     });
                     return Slot::Write { xid, request_id };
                 }
@@ -285,7 +288,7 @@ impl Core {
         if self.m.join_waits.is_empty() {
             return;
         }
-        let now = Instant::now();
+        let now = self.m.clock.now();
         let waits = std::mem::take(&mut self.m.join_waits);
         let kind = ConfChangeType::AddNode;
         for w in waits {

@@ -146,12 +146,15 @@ impl Core {
             max_timeout_ms: self.m.cfg.max_session_timeout_ms,
             max_sessions: self.m.cfg.limits.sessions,
         };
-        let now = Instant::now();
-        let handshake =
-            self.m
-                .read_only
-                .sessions
-                .handshake(&self.m.tree, self.m.node_id, bounds, c, now);
+        let now = self.m.clock.now();
+        let handshake = self.m.read_only.sessions.handshake(
+            &self.m.tree,
+            self.m.node_id,
+            bounds,
+            c,
+            now,
+            &mut self.m.rng,
+        );
         match handshake {
             Handshake::Resume(resp) => {
                 let id = resp.session_id;

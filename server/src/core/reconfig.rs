@@ -23,7 +23,7 @@
 //! new `/zookeeper/config`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use prost::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeType};
@@ -227,9 +227,13 @@ impl Core {
                     more = then.len(),
                     "reconfig: membership change proposed"
                 );
-                self.m
-                    .proposals
-                    .register_reconfig(request_id, conn, first, then, Instant::now());
+                self.m.proposals.register_reconfig(
+                    request_id,
+                    conn,
+                    first,
+                    then,
+                    self.m.clock.now(),
+                );
                 Slot::Write { xid, request_id }
             }
             Err(e) => {

@@ -3,7 +3,6 @@
 //! tree in its turn, or proposed to raft and answered when it applies.
 
 use std::net::SocketAddr;
-use std::time::Instant;
 
 use prost::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeType};
@@ -97,7 +96,14 @@ impl Core {
             max_sessions: self.m.cfg.limits.sessions,
         };
         let creating = self.m.proposals.connects_pending();
-        match session::handshake(&self.m.tree, self.m.node_id, bounds, c, creating) {
+        match session::handshake(
+            &self.m.tree,
+            self.m.node_id,
+            bounds,
+            c,
+            creating,
+            &mut self.m.rng,
+        ) {
             Handshake::Refuse {
                 code,
                 message,
@@ -123,7 +129,7 @@ impl Core {
                         Waiter::Connect { conn, timeout_ms },
                         Some(proposal),
                         true,
-                        Instant::now(),
+                        self.m.clock.now(),
                     ),
                     Err(f) => self.refuse_connect(conn, f.code, f.message),
                 }
@@ -134,7 +140,7 @@ impl Core {
             Handshake::Resume(resp) => {
                 let id = resp.session_id;
                 self.m.clients.bind_session(conn, id);
-                self.m.sessions.touch(id, Instant::now());
+                self.m.sessions.touch(id, self.m.clock.now());
                 debug!(session_id = format_args!("{id:#x}"), %peer, "session resumed");
                 self.m.clients.push(conn, frames::connect(resp));
             }
@@ -176,7 +182,10 @@ impl Core {
         // As a write: held for the next leader when none is known, and
         // proposed again after a leader change (a second copy finds the
         // epoch changed and changes nothing).
-        let proposal = self.m.proposals.encode(self.m.node_id, request_id, txn);
+        let proposal =
+            self.m
+                .proposals
+                .encode(self.m.node_id, request_id, txn, self.m.clock.wall_ms());
         let handed = match self.raft.propose(proposal.clone()) {
             Ok(()) => true,
             Err(e) => {
@@ -192,7 +201,7 @@ impl Core {
             },
             Some(proposal),
             handed,
-            Instant::now(),
+            self.m.clock.now(),
         );
     }
 
@@ -241,9 +250,9 @@ impl Core {
             return;
         }
         if read_only {
-            self.m.read_only.touch(session_id, Instant::now());
+            self.m.read_only.touch(session_id, self.m.clock.now());
         } else {
-            self.m.sessions.touch(session_id, Instant::now());
+            self.m.sessions.touch(session_id, self.m.clock.now());
         }
         let Some(op) = request.op else {
             let f = Failure::new(ErrorCode::BadArguments, "request has no operation");
@@ -324,7 +333,9 @@ impl Core {
                 // local tree: a known-bad mode the Jepsen suite must catch.
                 let read_index = if linearizable && !self.m.cfg.unsafe_skip_read_index {
                     let ctx = self.m.proposals.next_id();
-                    self.m.clients.await_read_index(ctx, conn);
+                    self.m
+                        .clients
+                        .await_read_index(ctx, conn, self.m.clock.now());
                     self.ask_read_index(ctx);
                     ReadIndexWait::Pending(ctx)
                 } else {
@@ -399,7 +410,7 @@ impl Core {
         if self.m.leader_id == 0 {
             return;
         }
-        let due = self.m.clients.read_index_asks_due(Instant::now(), all);
+        let due = self.m.clients.read_index_asks_due(self.m.clock.now(), all);
         if !due.is_empty() {
             debug!(
                 count = due.len(),
@@ -515,7 +526,7 @@ impl Core {
                 info!(node_id, ?change_type, "membership change proposed");
                 self.m
                     .proposals
-                    .register_conf_change(request_id, conn, change, Instant::now());
+                    .register_conf_change(request_id, conn, change, self.m.clock.now());
                 Ok(())
             }
             Err(e) => Err(Failure::new(
@@ -536,7 +547,10 @@ impl Core {
             txn.session_id != 0 && (txn.xid != 0 || txn.seq != 0),
             "untagged client write"
         );
-        let proposal = self.m.proposals.encode(self.m.node_id, request_id, txn);
+        let proposal =
+            self.m
+                .proposals
+                .encode(self.m.node_id, request_id, txn, self.m.clock.wall_ms());
         if proposal.len() > limits::ENTRY_BYTES_MAX {
             // No follower could receive it (it would not fit a peer
             // frame): refused here, before raft holds it.
@@ -567,7 +581,7 @@ impl Core {
             Waiter::Request { conn },
             Some(proposal),
             handed,
-            Instant::now(),
+            self.m.clock.now(),
         );
         Slot::Write { xid, request_id }
     }
@@ -575,7 +589,10 @@ impl Core {
     /// Proposes `txn`; returns the encoded proposal (kept for re-proposal
     /// after a leader change).
     pub(super) fn propose(&mut self, txn: Txn, request_id: u64) -> Result<Vec<u8>, Failure> {
-        let proposal = self.m.proposals.encode(self.m.node_id, request_id, txn);
+        let proposal =
+            self.m
+                .proposals
+                .encode(self.m.node_id, request_id, txn, self.m.clock.wall_ms());
         self.raft.propose(proposal.clone()).map_err(|e| {
             debug!(error = %e, "proposal dropped");
             Failure::new(

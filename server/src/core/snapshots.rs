@@ -62,8 +62,10 @@ impl Snapshots {
     ) -> Result<Duration, StorageError> {
         debug_assert!(!self.busy(), "one snapshot build at a time");
         debug_assert_eq!(tree.applied_index(), meta.index);
+        // os-clock: the core's pause and the build's time, figures only.
         let started = Instant::now();
         let view = tree.freeze();
+        // os-clock: as above.
         let core_pause = started.elapsed();
         let (tx, done) = mpsc::channel();
         let index = meta.index;
@@ -101,6 +103,7 @@ impl Snapshots {
         meta: SnapshotMetadata,
         dir: &SnapDir,
     ) -> Result<Built, StorageError> {
+        // os-clock: the build's time, a figure only.
         let started = Instant::now();
         let view = tree.freeze();
         let built = build(view, meta, dir, started, Duration::ZERO)?;
@@ -128,6 +131,7 @@ fn build(
         bytes: data.len() as u64,
         nodes,
         core_pause,
+        // os-clock: a figure only.
         took: started.elapsed(),
     })
 }

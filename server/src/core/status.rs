@@ -2,7 +2,7 @@
 //! (broadcast to peers every few ticks), the member view (`wardenctl
 //! cluster status`, HTTP `/status`) and operator figures.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use raft::StateRole;
 use warden_protocol::pb;
@@ -93,7 +93,7 @@ impl Core {
         let mut ids: Vec<(u64, bool)> = conf.voters.iter().map(|id| (*id, true)).collect();
         ids.extend(conf.learners.iter().map(|id| (*id, false)));
         ids.sort_unstable();
-        let now = Instant::now();
+        let now = self.m.clock.now();
         let members = ids
             .into_iter()
             .map(|(id, voter)| {
