@@ -39,7 +39,7 @@ fn the_regression_seeds_pass() {
 /// leaves it so. Red until the watermark writes its first raise to the
 /// other slot; then this seed joins `SEEDS`.
 #[test]
-#[ignore = "red on today's watermark: a torn first raise leaves no valid slot (storage's slice)"]
+
 fn a_torn_first_watermark_raise_does_not_keep_a_node_down() {
     let cfg = SimConfig {
         duration_ms: 10_000,

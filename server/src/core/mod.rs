@@ -398,6 +398,9 @@ impl Core {
         let snap_dir = storage.snap_dir().clone();
         let mut rng = inputs.rng();
         let mut raft = RaftNode::open(cfg.id, voters, cfg.join, storage, &timing, applied)?;
+        // raft-rs draws its election jitter from thread_rng; drawn from the
+        // core's rng instead, a simulated cluster replays from its seed.
+        raft.set_election_jitter_seed(rand::Rng::random::<u64>(&mut rng));
         raft.set_io_histograms(
             op_metrics.fsync_seconds.clone(),
             op_metrics.append_batch_entries.clone(),

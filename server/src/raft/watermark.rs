@@ -53,6 +53,8 @@ pub const WATERMARK_FILE: &str = "raft-synced";
 const WATERMARK_TMP: &str = "raft-synced.tmp";
 /// Where each slot starts: sectors (and pages) of their own.
 const SLOT_OFFSETS: [u64; 2] = [0, 4096];
+/// The slot a file written whole holds its mark in.
+const WHOLE_SLOT: usize = 1;
 /// The file's size: two slots.
 const FILE_BYTES: usize = 8192;
 /// sequence, index, term, hard-state term, vote (u64 LE each), then FNV-1a
@@ -101,6 +103,10 @@ pub struct Watermark {
     synced: Synced,
     /// Sequence number of the slot holding `synced`.
     seq: u64,
+    /// The slot holding the latest mark: the next write goes to the other
+    /// (by slot, not by the sequence's parity, so a file written whole by
+    /// an older version, its sequence 1 in slot 0, is safe too).
+    slot: usize,
 }
 
 impl Watermark {
@@ -128,10 +134,11 @@ impl Watermark {
             path: path.clone(),
             why,
         };
-        let (synced, seq) = match bytes {
+        // (mark, its sequence, the slot holding it)
+        let (synced, seq, slot) = match bytes {
             None if new => {
                 replace_whole(&**files, dir, Synced::default())?;
-                (Synced::default(), 1)
+                (Synced::default(), 1, WHOLE_SLOT)
             }
             None => {
                 return Err(WatermarkError::Missing {
@@ -142,8 +149,12 @@ impl Watermark {
             Some(b) if b.len() == FILE_BYTES => {
                 let found = SLOT_OFFSETS
                     .iter()
-                    .filter_map(|&at| decode_slot(&b[at as usize..at as usize + SLOT_BYTES]))
-                    .max_by_key(|(_, seq)| *seq);
+                    .enumerate()
+                    .filter_map(|(slot, &at)| {
+                        decode_slot(&b[at as usize..at as usize + SLOT_BYTES])
+                            .map(|(m, seq)| (m, seq, slot))
+                    })
+                    .max_by_key(|(_, seq, _)| *seq);
                 found.ok_or_else(|| unreadable("no slot passes its checksum".into()))?
             }
             Some(b) if b.len() == LEGACY_BYTES || b.is_empty() => {
@@ -155,7 +166,7 @@ impl Watermark {
                 let synced = Synced { entry, vote: None };
                 info!(path = %path.display(), index = entry.index, term = entry.term, "synced watermark of the previous version: entries checked, term and vote recorded from the next fsync on");
                 replace_whole(&**files, dir, synced)?;
-                (synced, 1)
+                (synced, 1, WHOLE_SLOT)
             }
             Some(b) => {
                 return Err(unreadable(format!(
@@ -171,6 +182,7 @@ impl Watermark {
                 path,
                 synced,
                 seq,
+                slot,
             },
             synced,
         ))
@@ -214,7 +226,8 @@ impl Watermark {
     /// Writes `to` into the slot that does not hold the latest mark.
     fn write(&mut self, to: Synced) -> Result<(), WatermarkError> {
         let seq = self.seq + 1;
-        let at = SLOT_OFFSETS[(seq % 2) as usize];
+        let slot = 1 - self.slot;
+        let at = SLOT_OFFSETS[slot];
         self.file
             .write_all_at(&encode_slot(to, seq), at)
             .map_err(|source| WatermarkError::Io {
@@ -222,14 +235,19 @@ impl Watermark {
                 source,
             })?;
         self.seq = seq;
+        self.slot = slot;
         self.synced = to;
         Ok(())
     }
 }
 
-/// Replaces the file under `dir` by a whole one holding `synced` in its
-/// first slot: written under a temporary name, synced, renamed into place,
-/// the directory synced.
+/// Replaces the file under `dir` by a whole one holding `synced` as
+/// sequence 1 in slot [`WHOLE_SLOT`]: written under a temporary name,
+/// synced, renamed into place, the directory synced. The first raise goes
+/// to the other slot, so a crash that tears it leaves this one. (The first
+/// raise used to overwrite this very slot: a torn first raise left no
+/// valid slot and the server could never start again; found by the
+/// simulator, `sim/tests/regression.rs`.)
 fn replace_whole(files: &dyn Files, dir: &Path, synced: Synced) -> Result<(), WatermarkError> {
     let tmp = dir.join(WATERMARK_TMP);
     let path = dir.join(WATERMARK_FILE);
@@ -238,7 +256,8 @@ fn replace_whole(files: &dyn Files, dir: &Path, synced: Synced) -> Result<(), Wa
         move |source| WatermarkError::Io { path: p, source }
     };
     let mut bytes = vec![0u8; FILE_BYTES];
-    bytes[..SLOT_BYTES].copy_from_slice(&encode_slot(synced, 1));
+    let at = SLOT_OFFSETS[WHOLE_SLOT] as usize;
+    bytes[at..at + SLOT_BYTES].copy_from_slice(&encode_slot(synced, 1));
     let mut f = files.create(&tmp).map_err(io_err(&tmp))?;
     f.append(&bytes).map_err(io_err(&tmp))?;
     f.sync_all().map_err(io_err(&tmp))?;
