@@ -473,6 +473,26 @@ impl MemFiles {
     }
 }
 
+impl MemFiles {
+    /// A new handle on inode `ino`, named `path` in errors.
+    fn handle(
+        &self,
+        disk: &mut Disk,
+        ino: u64,
+        path: &Path,
+        writable: bool,
+    ) -> Box<dyn FileHandle> {
+        let (ino, generation) = disk.new_handle(ino);
+        Box::new(MemFile {
+            disk: self.disk.clone(),
+            ino,
+            generation,
+            writable,
+            path: path.to_path_buf(),
+        })
+    }
+}
+
 impl Files for MemFiles {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         let mut disk = self.lock();
@@ -526,40 +546,19 @@ impl Files for MemFiles {
                 ino
             }
         };
-        let (ino, generation) = disk.new_handle(ino);
-        Ok(Box::new(MemFile {
-            disk: self.disk.clone(),
-            ino,
-            generation,
-            writable: true,
-            path: path.to_path_buf(),
-        }))
+        Ok(self.handle(&mut disk, ino, path, true))
     }
 
     fn open(&self, path: &Path) -> io::Result<Box<dyn FileHandle>> {
         let mut disk = self.lock();
         let ino = disk.lookup(path)?;
-        let (ino, generation) = disk.new_handle(ino);
-        Ok(Box::new(MemFile {
-            disk: self.disk.clone(),
-            ino,
-            generation,
-            writable: true,
-            path: path.to_path_buf(),
-        }))
+        Ok(self.handle(&mut disk, ino, path, true))
     }
 
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn FileHandle>> {
         let mut disk = self.lock();
         let ino = disk.lookup(path)?;
-        let (ino, generation) = disk.new_handle(ino);
-        Ok(Box::new(MemFile {
-            disk: self.disk.clone(),
-            ino,
-            generation,
-            writable: false,
-            path: path.to_path_buf(),
-        }))
+        Ok(self.handle(&mut disk, ino, path, false))
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
