@@ -262,6 +262,11 @@ where
     late
 }
 
+/// Tries of the lease schedule before the test gives up: each is a fresh
+/// cluster (~0.6 s); under the side-by-side test runner a clean CI run lost
+/// the held create in 5 tries in a row (why it is lost is not known yet).
+const LEASE_TRIES: usize = 15;
+
 /// [`cancel_while_created`] without its check that the held create was
 /// answered (a caller that tries the schedule again when it was not).
 async fn held_create_after_cancel<F>(proxies: &HeldCreate, acquire: F) -> common::held::Late
@@ -322,7 +327,7 @@ async fn lease_lock_a_cancelled_acquire_leaves_no_late_orphan() {
     // instead of answered (the cancelled acquire's clean-up races it);
     // such a try proves nothing, so the schedule is run again, on a
     // fresh cluster, until one create is answered.
-    for _ in 0..5 {
+    for _ in 0..LEASE_TRIES {
         let (cluster, proxies, client, admin) = setup_held(2).await;
         make_path(&admin, "/leases/cancel").await;
         proxies.hold_create("/leases/cancel/lease-", "/leases/cancel");
@@ -335,7 +340,7 @@ async fn lease_lock_a_cancelled_acquire_leaves_no_late_orphan() {
             return lease_cancel_left_nothing(&admin, late, cluster).await;
         }
     }
-    panic!("in 5 tries the held create was never answered by the cluster");
+    panic!("in {LEASE_TRIES} tries the held create was never answered by the cluster");
 }
 
 async fn lease_cancel_left_nothing(admin: &Client, late: common::held::Late, _cluster: Cluster) {
