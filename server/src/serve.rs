@@ -160,10 +160,13 @@ pub async fn serve(
         core_rt.handle().clone(),
     ));
 
+    // Opened here, on the server's runtime: the links' TLS handshakes run
+    // on it, off the core's thread.
+    let net = transport::Transport::for_server(&cfg, core_rt.handle().clone(), op_metrics.clone());
     let core = match Core::open(
         cfg.clone(),
         client,
-        core_rt.handle().clone(),
+        Box::new(net),
         op_metrics.clone(),
         crate::core::CoreInputs::os(&cfg),
     ) {
@@ -179,7 +182,11 @@ pub async fn serve(
     let (stop_tx, stop_rx) = oneshot::channel();
     let core_thread = std::thread::Builder::new()
         .name("warden-core".into())
-        .spawn(move || core_rt.block_on(core.run(core_rx, peer_rx, state_tx, stop_rx)))
+        .spawn(move || {
+            core_rt.block_on(crate::core::driver::run(
+                core, core_rx, peer_rx, state_tx, stop_rx,
+            ))
+        })
         .expect("spawning the core thread");
 
     // Wait for the core to be ready before taking clients (a shutdown

@@ -41,7 +41,7 @@ impl Machine {
         };
         self.tree.apply(index, 0, &txn);
         if removed {
-            self.transport.remove_peer(id);
+            self.net.remove_peer(id);
             self.peer_status.remove(&id);
         } else {
             let addr = self
@@ -49,9 +49,9 @@ impl Machine {
                 .members()
                 .get(&id)
                 .cloned()
-                .or_else(|| self.transport.addr_of(id).map(str::to_string));
+                .or_else(|| self.net.addr_of(id).map(str::to_string));
             if let Some(a) = &addr {
-                self.transport.add_peer(id, a);
+                self.net.add_peer(id, a);
             }
             // A snapshot that includes the new member is taken at once, so
             // it can be initialized from it.
@@ -129,10 +129,8 @@ impl ReadyHandler for Machine {
                     // Streamed on a connection of its own, off the core.
                     let meta = m.get_snapshot().get_metadata();
                     let path = self.installs.dir().path_of(meta.index, meta.term);
-                    let started = descriptor.and_then(|d| {
-                        self.transport
-                            .send_snapshot(to, meta.index, bytes, &path, d)
-                    });
+                    let started = descriptor
+                        .and_then(|d| self.net.send_snapshot(to, meta.index, bytes, &path, d));
                     match started {
                         Ok(()) => info!(to, index = meta.index, "snapshot transfer started"),
                         Err(e) => {
@@ -152,15 +150,15 @@ impl ReadyHandler for Machine {
             }
             if m.get_msg_type() == MessageType::MsgPropose {
                 // Raft never sends a forward again: held, not dropped.
-                self.forwards.send(&self.transport, to, frame);
-            } else if !self.transport.send(to, frame) {
+                self.forwards.send(self.net.as_ref(), to, frame);
+            } else if !self.net.send(to, frame) {
                 debug!(to, "peer queue full or unknown; raft message dropped");
                 undelivered.extend(Undelivered::of(&m));
             }
         }
         // On the wire now: a leader's appends before its own fsync starts,
         // a follower's ack as soon as its fsync ended.
-        self.transport.flush();
+        self.net.flush();
         undelivered
     }
 

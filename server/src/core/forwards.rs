@@ -16,8 +16,8 @@ use std::collections::VecDeque;
 use prost::Message as _;
 use tracing::{debug, warn};
 
+use super::Net;
 use crate::proto::PeerFrame;
-use crate::raft::transport::Transport;
 
 /// Bytes of forwards held for a full link before new ones are dropped.
 pub const FORWARDS_HELD_BYTES_MAX: usize = 64 * 1024 * 1024;
@@ -34,14 +34,14 @@ pub struct Forwards {
 impl Forwards {
     /// Sends `frame` to `leader` behind anything held for it; holds it if
     /// the link is full.
-    pub fn send(&mut self, transport: &Transport, leader: u64, frame: PeerFrame) {
+    pub fn send(&mut self, net: &dyn Net, leader: u64, frame: PeerFrame) {
         if leader != self.leader {
             self.clear();
             self.leader = leader;
         }
         if !self.held.is_empty() {
             self.hold(frame);
-        } else if let Err(frame) = transport.try_send(leader, frame) {
+        } else if let Err(frame) = net.try_send(leader, frame) {
             self.hold(frame);
         }
     }
@@ -62,10 +62,10 @@ impl Forwards {
     }
 
     /// Sends what the link takes now, in order (on every tick).
-    pub fn flush(&mut self, transport: &Transport) {
+    pub fn flush(&mut self, net: &dyn Net) {
         while let Some(frame) = self.held.pop_front() {
             let bytes = frame.encoded_len();
-            if let Err(frame) = transport.try_send(self.leader, frame) {
+            if let Err(frame) = net.try_send(self.leader, frame) {
                 self.held.push_front(frame);
                 break;
             }

@@ -1,17 +1,23 @@
 //! What the core is handed rather than takes from the world: its clock
-//! (and, with it, every deadline it decides) and the seed of every random
-//! draw it makes (request ids, session ids, session passwords).
+//! (and, with it, every deadline it decides), the seed of every random
+//! draw it makes (request ids, session ids, session passwords), and the
+//! file system its raft state and snapshots live on. (Its network is
+//! handed to [`super::Core::open`] beside these: a [`super::Net`].)
 //!
 //! The real server hands it the OS's ([`CoreInputs::os`]); a simulator
 //! running several cores in one process hands each its own
 //! ([`CoreInputs::seeded`]), so that no core reads a process-global and the
 //! same inputs give the same history.
 
+use std::sync::Arc;
+
 use rand::rngs::StdRng;
 use rand::{RngCore, SeedableRng, TryRngCore};
 
 use crate::clock::{Clock, OsClock};
 use crate::config::Config;
+use crate::raft::files::{self, Files};
+use crate::raft::logstore::LogKind;
 
 /// The core's inputs from the world ([`super::Core::open`]).
 #[derive(Debug)]
@@ -22,6 +28,16 @@ pub struct CoreInputs {
     /// 256-bit seed: session passwords are drawn from it, and must stay
     /// as hard to guess as 16 bytes of OS randomness.
     pub seed: [u8; 32],
+    /// Where raft's log and state, and the snapshot files, are kept.
+    pub files: Arc<dyn Files>,
+    /// Which store holds the log: fjall on the real file system, or files
+    /// of [`Self::files`].
+    pub log: LogKind,
+    /// Snapshots are built on the core's own thread as they fall due,
+    /// rather than on a thread of their own whose end the core notices
+    /// whenever it looks: what a single-threaded simulation needs to
+    /// replay. The real server's core never pauses for a build.
+    pub inline_snapshot_builds: bool,
 }
 
 impl CoreInputs {
@@ -35,17 +51,24 @@ impl CoreInputs {
                 cfg.clock_offset_file.clone(),
             )),
             seed: os_seed(),
+            files: files::os(),
+            log: LogKind::Fjall,
+            inline_snapshot_builds: false,
         }
     }
 
-    /// A simulator's or a test's: `clock`, and a seed made from `seed`
-    /// alone (the same `seed`, the same draws).
-    pub fn seeded(clock: Box<dyn Clock>, seed: u64) -> Self {
+    /// A simulator's or a test's: `clock`, a seed made from `seed` alone
+    /// (the same `seed`, the same draws), and `files` (the log kept in
+    /// them too), snapshots built inline.
+    pub fn seeded(clock: Box<dyn Clock>, seed: u64, files: Arc<dyn Files>) -> Self {
         let mut expanded = [0u8; 32];
         StdRng::seed_from_u64(seed).fill_bytes(&mut expanded);
         Self {
             clock,
             seed: expanded,
+            files,
+            log: LogKind::Files,
+            inline_snapshot_builds: true,
         }
     }
 
@@ -111,7 +134,8 @@ mod tests {
     }
 
     fn seeded(seed: u64) -> CoreInputs {
-        CoreInputs::seeded(Box::new(ManualClock::new(0)), seed)
+        let files = crate::raft::files::MemFiles::seeded(seed).as_files();
+        CoreInputs::seeded(Box::new(ManualClock::new(0)), seed, files)
     }
 
     #[test]
@@ -139,12 +163,12 @@ mod tests {
         assert_ne!(a, b);
         let clock = || Box::new(ManualClock::new(0));
         let one = CoreInputs {
-            clock: clock(),
             seed: a,
+            ..CoreInputs::seeded(clock(), 0, files::os())
         };
         let two = CoreInputs {
-            clock: clock(),
             seed: b,
+            ..CoreInputs::seeded(clock(), 0, files::os())
         };
         assert_ne!(draws(&one).1, draws(&two).1);
     }

@@ -9,8 +9,15 @@
 //! ([`crate::raft::transport`]): a frame crosses no thread between the
 //! core and the network. Its rooms, each the one owner of its concept:
 //!
-//! - this file: the loop — messages, peer frames and ticks in, the Ready
-//!   loop ([`crate::raft::RaftNode::on_ready`]) and snapshots after;
+//! - this file: a turn — a message, peer events or a tick in
+//!   ([`Core::handle`], [`Core::on_peer`], [`Core::on_tick`]), then the
+//!   Ready loop ([`crate::raft::RaftNode::on_ready`]) and snapshots
+//!   ([`Core::end_turn`]); the core does no I/O of its own but through
+//!   what it is handed ([`CoreInputs`]: clock, seed, file system; a
+//!   [`Net`]);
+//! - [`driver`]: the real server's tokio loop around those calls (a
+//!   simulator drives the same calls on simulated time);
+//! - [`net`]: what the core asks of the network;
 //! - [`snapshots`]: snapshots built on a thread of their own from a frozen
 //!   view of the tree;
 //! - [`installs`]: snapshots a leader streamed here, built off the core,
@@ -44,11 +51,13 @@
 pub mod admin;
 mod apply;
 mod clients;
+pub mod driver;
 mod forwards;
 mod frames;
 mod inputs;
 mod installs;
 mod leading;
+mod net;
 mod peers;
 mod proposals;
 mod quorum;
@@ -65,9 +74,9 @@ use std::time::{Duration, Instant};
 use prost::Message as _;
 use raft::StateRole;
 use rand::rngs::StdRng;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, info, warn};
 use warden_protocol::pb::{self, ErrorCode};
 
 use crate::clock::Clock;
@@ -77,7 +86,7 @@ use crate::outbound::OutboundTx;
 use crate::proto::{self, peer_frame, txn::Kind, CloseReason, PeerFrame, Txn};
 use crate::raft::node::{NodeError, RaftTiming};
 use crate::raft::snapstream::Descriptor;
-use crate::raft::transport::{PeerEvent, Transport};
+use crate::raft::transport::PeerEvent;
 use crate::raft::{DiskStorage, RaftNode};
 use crate::session::Sessions;
 use crate::tree::{DataTree, FrozenTree};
@@ -85,6 +94,7 @@ use crate::watch::ConnId;
 
 use clients::Clients;
 pub use inputs::CoreInputs;
+pub use net::Net;
 use proposals::{Proposals, Waiter, PROPOSAL_TIMEOUT};
 pub use snapshots::release_freed_memory;
 
@@ -92,15 +102,6 @@ pub use snapshots::release_freed_memory;
 pub const CORE_QUEUE_MAX: usize = 4096;
 /// Bound of each connection's outbound queue (frames).
 pub const OUTBOUND_FRAMES_MAX: usize = 8192;
-/// Most messages handled before the Ready loop runs (one fsync per batch).
-const BATCH_MSGS_MAX: usize = 1024;
-/// Longest a batch of messages may keep the core from its tick and its
-/// other queue: a tick that comes late delays heartbeats, and a leader
-/// that does not heartbeat for an election timeout loses its followers.
-const BATCH_TIME_MAX: Duration = Duration::from_millis(20);
-/// A turn of the core's loop at least this long is logged (`the core was
-/// busy`): what its clients waited for.
-const CORE_BUSY_LOGGED: Duration = Duration::from_millis(200);
 /// How often (in ticks) the leader looks for empty containers and expired
 /// TTL nodes.
 const REMOVAL_CHECK_TICKS: u64 = 5;
@@ -273,7 +274,8 @@ struct Machine {
     leading: leading::Leading,
     role: StateRole,
     leader_id: u64,
-    transport: Transport,
+    /// The links to the other members.
+    net: Box<dyn Net>,
     /// Latest status each peer sent us, and when.
     peer_status: HashMap<u64, (proto::NodeStatus, Instant)>,
     /// The client address clients use for this server (for status).
@@ -326,6 +328,9 @@ pub struct Core {
     last_snapshot_bytes: u64,
     /// Set every tick: the log is compacted after the next Ready loop.
     compaction_due: bool,
+    /// Snapshots are built on this thread as they fall due (see
+    /// [`CoreInputs::inline_snapshot_builds`]).
+    inline_snapshot_builds: bool,
 }
 
 impl Core {
@@ -336,18 +341,22 @@ impl Core {
     pub fn open(
         cfg: Config,
         client_addr: SocketAddr,
-        runtime: tokio::runtime::Handle,
+        mut net: Box<dyn Net>,
         op_metrics: crate::opmetrics::OpMetrics,
         inputs: CoreInputs,
     ) -> Result<Self, CoreError> {
-        std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
+        inputs.files.create_dir_all(&cfg.data_dir).map_err(|e| {
             CoreError::Storage(crate::raft::StorageError::Corrupt {
                 what: "data dir",
                 detail: format!("{}: {e}", cfg.data_dir.display()),
             })
         })?;
-        let mut storage =
-            DiskStorage::open(&cfg.data_dir.join("raft"), &cfg.data_dir.join("snapshots"))?;
+        let mut storage = DiskStorage::open_on(
+            inputs.files.clone(),
+            inputs.log,
+            &cfg.data_dir.join("raft"),
+            &cfg.data_dir.join("snapshots"),
+        )?;
         storage.set_inline_snapshots(cfg.inline_snapshots);
         if cfg.unsafe_skip_fsync {
             warn!("--unsafe-skip-fsync: the Raft log is acknowledged without fsync and is lost on a power failure; a known-bad mode for testing the test suite only");
@@ -405,30 +414,12 @@ impl Core {
             op_metrics.fsync_seconds.clone(),
             op_metrics.append_batch_entries.clone(),
         );
-        let links = crate::raft::transport::PeerLinks::of(cfg.tls.as_ref());
-        let mut transport = Transport::new(cfg.id, runtime, links);
-        // Opened from the server's runtime (`serve`): peer TLS handshakes
-        // run there, off the core's thread.
-        if let Ok(server_runtime) = tokio::runtime::Handle::try_current() {
-            transport.set_handshake_runtime(server_runtime);
-        }
-        transport.set_metrics(op_metrics.clone());
-        transport.set_snapshot_options(
-            cfg.snapshot_chunk_bytes,
-            cfg.unsafe_corrupt_snapshot_transfers,
-        );
-        if cfg.unsafe_corrupt_snapshot_transfers > 0 {
-            warn!(
-                transfers = cfg.unsafe_corrupt_snapshot_transfers,
-                "--unsafe-corrupt-snapshot-transfers: the next snapshot transfers from this server get a byte flipped; for testing the receiver's check only"
-            );
-        }
         for p in &cfg.peers {
-            transport.add_peer(p.id, &p.addr);
+            net.add_peer(p.id, &p.addr);
         }
         // Members added later by conf changes override --peers.
         for (id, addr) in tree.members() {
-            transport.add_peer(*id, addr);
+            net.add_peer(*id, addr);
         }
         if cfg.unsafe_skip_read_index {
             warn!("--unsafe-skip-read-index: linearizable reads are served without ReadIndex and may be stale; a known-bad mode for testing the test suite only");
@@ -460,7 +451,7 @@ impl Core {
                 leading,
                 role: StateRole::Follower,
                 leader_id: 0,
-                transport,
+                net,
                 peer_status: HashMap::new(),
                 client_addr: client_addr.to_string(),
                 leader_changed: false,
@@ -484,104 +475,53 @@ impl Core {
             last_snapshot_bytes: 0,
             compaction_due: false,
             ticks: 0,
+            inline_snapshot_builds: inputs.inline_snapshot_builds,
         })
     }
 
-    /// Runs until `shutdown` fires or every sender is dropped.
-    pub async fn run(
-        mut self,
-        mut rx: mpsc::Receiver<CoreMsg>,
-        mut peer_rx: mpsc::Receiver<PeerEvent>,
-        state: watch::Sender<CoreState>,
-        mut shutdown: oneshot::Receiver<()>,
-    ) -> Result<(), CoreError> {
-        let mut ticker = tokio::time::interval(self.m.cfg.tick);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut woke;
-        let result = loop {
-            tokio::select! {
-                _ = &mut shutdown => break Ok(()),
-                msg = rx.recv() => {
-                    let Some(msg) = msg else { break Ok(()) };
-                    woke = self.m.clock.now();
-                    self.handle(msg);
-                    self.drain(&mut rx, &mut peer_rx);
-                }
-                frame = peer_rx.recv() => {
-                    woke = self.m.clock.now();
-                    if let Some(frame) = frame {
-                        self.on_peer(frame);
-                        self.drain(&mut rx, &mut peer_rx);
-                    }
-                }
-                _ = ticker.tick() => {
-                    woke = self.m.clock.now();
-                    self.on_tick();
-                }
-            }
-            let driven = self.drive();
-            // Whatever this turn queued for peers (forwards, heartbeats,
-            // status) leaves now.
-            self.m.transport.flush();
-            if let Err(e) = driven {
-                break Err(e);
-            }
-            // A turn of the loop this long kept every client of this
-            // server, and raft's ticks, waiting.
-            let busy = self.m.clock.now().saturating_duration_since(woke);
-            if busy >= CORE_BUSY_LOGGED {
-                info!(busy_ms = busy.as_millis() as u64, "the core was busy");
-            }
-            if *state.borrow() == CoreState::Starting && self.is_ready() {
-                info!(
-                    leader = self.m.leader_id,
-                    applied = self.m.tree.applied_index(),
-                    "ready"
-                );
-                let _ = state.send(CoreState::Ready);
-            }
-        };
-        if let Err(e) = &result {
-            error!(error = %e, "core stopped");
-        }
-        // Let every connection's writer drain and close.
-        self.m.clients.close_all();
-        self.m.transport.shutdown();
-        let _ = self.raft.sync();
-        let _ = state.send(CoreState::Stopped);
-        result
-    }
-
-    /// After the first message of a batch: whatever else is already
-    /// queued on either side, peers first, up to the batch bounds, so one
-    /// Ready (one fsync) covers it all. Taking both sides matters: the
-    /// acks that commit the last batch arrive while its fsync runs, and
-    /// handled only after a batch of new requests they would wait for a
-    /// second fsync before the commit is seen.
-    fn drain(&mut self, rx: &mut mpsc::Receiver<CoreMsg>, peer_rx: &mut mpsc::Receiver<PeerEvent>) {
-        let started = self.m.clock.now();
-        for _ in 0..BATCH_MSGS_MAX {
-            if self.m.clock.now().saturating_duration_since(started) >= BATCH_TIME_MAX {
-                break;
-            }
-            let mut any = false;
-            if let Ok(frame) = peer_rx.try_recv() {
-                self.on_peer(frame);
-                any = true;
-            }
-            if let Ok(msg) = rx.try_recv() {
-                self.handle(msg);
-                any = true;
-            }
-            if !any {
-                break;
-            }
-        }
-    }
-
-    fn is_ready(&self) -> bool {
+    /// Whether clients may be served: a leader is known and the log is
+    /// replayed.
+    pub fn is_ready(&self) -> bool {
         self.m.leader_id != 0
             && self.m.tree.applied_index() >= self.raft.storage().hard_state().commit
+    }
+
+    /// Ends a turn of the driver's loop (after a message, peer events or
+    /// a tick): the Ready loop until raft has nothing more, snapshots if
+    /// due, then whatever the turn queued for peers (forwards, heartbeats,
+    /// status) leaves. An error stops the core.
+    pub fn end_turn(&mut self) -> Result<(), CoreError> {
+        let driven = self.drive();
+        self.m.net.flush();
+        driven
+    }
+
+    /// Stops: every connection's writer drains and closes, the links
+    /// close, and raft's storage is synced.
+    pub fn stop(&mut self) {
+        self.m.clients.close_all();
+        self.m.net.shutdown();
+        let _ = self.raft.sync();
+    }
+
+    /// The core's clock (the driver measures its turns by it).
+    pub fn now(&self) -> Instant {
+        self.m.clock.now()
+    }
+
+    /// How often the driver calls [`Self::on_tick`].
+    pub fn tick_interval(&self) -> Duration {
+        self.m.cfg.tick
+    }
+
+    /// The leader this server knows (0: none).
+    pub fn leader_id(&self) -> u64 {
+        self.m.leader_id
+    }
+
+    /// The index the tree has applied up to.
+    pub fn applied_index(&self) -> u64 {
+        self.m.tree.applied_index()
     }
 
     /// Runs the Ready loop until raft has nothing more, then snapshots if due.
@@ -628,14 +568,19 @@ impl Core {
         {
             let meta = self.raft.storage().snapshot_meta_at(applied)?;
             let dir = self.raft.storage().snap_dir().clone();
-            let pause = self.snapshots.start(&self.m.tree, meta, dir)?;
-            debug!(
-                index = applied,
-                core_us = pause.as_micros() as u64,
-                "snapshot started"
-            );
             self.last_snapshot_index = applied;
             self.m.applied_bytes = 0;
+            if self.inline_snapshot_builds {
+                let built = snapshots::Snapshots::build_now(&self.m.tree, meta, &dir)?;
+                self.snapshot_built(built)?;
+            } else {
+                let pause = self.snapshots.start(&self.m.tree, meta, dir)?;
+                debug!(
+                    index = applied,
+                    core_us = pause.as_micros() as u64,
+                    "snapshot started"
+                );
+            }
         }
         if member_added {
             // A new member starts empty and must be initialized from this
@@ -653,7 +598,7 @@ impl Core {
     /// it again and sends another snapshot if it still needs one.
     fn snapshot_transfers_ended(&mut self) {
         use crate::raft::snapstream::Outcome;
-        for sent in self.m.transport.snapshot_results() {
+        for sent in self.m.net.snapshot_results() {
             let took_ms = sent.took.as_millis() as u64;
             let status = match &sent.result {
                 Ok(outcome @ (Outcome::Installed | Outcome::NotNeeded)) => {
@@ -714,10 +659,12 @@ impl Core {
         Ok(())
     }
 
-    fn on_tick(&mut self) {
+    /// A tick (every [`Self::tick_interval`]): raft's clock, deadlines,
+    /// and the leader's periodic work.
+    pub fn on_tick(&mut self) {
         self.raft.tick();
         self.ticks += 1;
-        self.m.forwards.flush(&self.m.transport);
+        self.m.forwards.flush(self.m.net.as_ref());
         self.m.clients.retry_paused(&self.m.tree);
         self.compaction_due = true;
         let now = self.m.clock.now();
@@ -778,7 +725,7 @@ impl Core {
             from: self.m.node_id,
             kind: Some(peer_frame::Kind::Touch(proto::SessionTouch { session_ids })),
         };
-        self.m.transport.send(self.m.leader_id, frame);
+        self.m.net.send(self.m.leader_id, frame);
     }
 
     /// Proposes again the membership changes raft has not applied, and

@@ -16,7 +16,7 @@ impl Core {
     /// holds each proven id to the member list, frame by frame. Without
     /// TLS it is hygiene, not authentication: anyone who reaches the peer
     /// port can claim a member's id.
-    pub(super) fn on_peer(&mut self, event: PeerEvent) {
+    pub fn on_peer(&mut self, event: PeerEvent) {
         match event {
             PeerEvent::Frame(frame) => self.on_peer_frame(frame),
             PeerEvent::Closed { from } => self.on_link_closed(from),
@@ -42,8 +42,7 @@ impl Core {
     /// change).
     fn is_member(&self, from: u64) -> bool {
         from != self.m.node_id
-            && (self.m.transport.addr_of(from).is_some()
-                || self.m.tree.members().contains_key(&from))
+            && (self.m.net.addr_of(from).is_some() || self.m.tree.members().contains_key(&from))
     }
 
     /// A peer's connection to us ended. The leader's: it most likely died

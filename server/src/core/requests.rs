@@ -22,7 +22,8 @@ use crate::tree::SERVER_XID_BIT;
 use crate::watch::ConnId;
 
 impl Core {
-    pub(super) fn handle(&mut self, msg: CoreMsg) {
+    /// A message from a connection (or an operator's question).
+    pub fn handle(&mut self, msg: CoreMsg) {
         match msg {
             CoreMsg::Open {
                 conn,

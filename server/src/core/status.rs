@@ -44,13 +44,13 @@ impl Core {
 
     pub(super) fn broadcast_status(&mut self) {
         let status = self.own_status();
-        let peers: Vec<u64> = self.m.transport.peer_ids().collect();
+        let peers = self.m.net.peer_ids();
         for id in peers {
             let frame = PeerFrame {
                 from: self.m.node_id,
                 kind: Some(peer_frame::Kind::Status(status.clone())),
             };
-            self.m.transport.send(id, frame);
+            self.m.net.send(id, frame);
         }
     }
 
@@ -119,7 +119,7 @@ impl Core {
                         zk_addr: me.zk_addr.clone(),
                     };
                 }
-                let addr = self.m.transport.addr_of(id).unwrap_or_default().to_string();
+                let addr = self.m.net.addr_of(id).unwrap_or_default().to_string();
                 match self.m.peer_status.get(&id) {
                     Some((st, at)) => pb::MemberStatus {
                         id,

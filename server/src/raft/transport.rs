@@ -188,6 +188,34 @@ impl Transport {
         }
     }
 
+    /// The real server's: links secured as `cfg` says, run on
+    /// `core_runtime` (the core's thread), their TLS handshakes on the
+    /// runtime calling this if there is one (the server's), refusals and
+    /// transfers counted in `metrics`. No peers yet: the core adds them.
+    pub fn for_server(
+        cfg: &crate::config::Config,
+        core_runtime: Handle,
+        metrics: OpMetrics,
+    ) -> Self {
+        let links = PeerLinks::of(cfg.tls.as_ref());
+        let mut transport = Self::new(cfg.id, core_runtime, links);
+        if let Ok(server_runtime) = Handle::try_current() {
+            transport.set_handshake_runtime(server_runtime);
+        }
+        transport.set_metrics(metrics);
+        transport.set_snapshot_options(
+            cfg.snapshot_chunk_bytes,
+            cfg.unsafe_corrupt_snapshot_transfers,
+        );
+        if cfg.unsafe_corrupt_snapshot_transfers > 0 {
+            warn!(
+                transfers = cfg.unsafe_corrupt_snapshot_transfers,
+                "--unsafe-corrupt-snapshot-transfers: the next snapshot transfers from this server get a byte flipped; for testing the receiver's check only"
+            );
+        }
+        transport
+    }
+
     /// Runs the TLS handshakes of outbound links and snapshot transfers on
     /// `handshakes` (the server's runtime), so that a slow or stalled peer
     /// handshake costs the core's thread nothing; the finished link is
@@ -383,6 +411,53 @@ impl Transport {
 
     pub fn shutdown(&self) {
         self.stop.cancel();
+    }
+}
+
+impl crate::core::Net for Transport {
+    fn add_peer(&mut self, id: u64, addr: &str) {
+        Transport::add_peer(self, id, addr)
+    }
+
+    fn remove_peer(&mut self, id: u64) {
+        Transport::remove_peer(self, id)
+    }
+
+    fn peer_ids(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = Transport::peer_ids(self).collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    fn addr_of(&self, id: u64) -> Option<&str> {
+        Transport::addr_of(self, id)
+    }
+
+    fn try_send(&self, to: u64, frame: PeerFrame) -> Result<(), PeerFrame> {
+        Transport::try_send(self, to, frame)
+    }
+
+    fn flush(&self) {
+        Transport::flush(self)
+    }
+
+    fn send_snapshot(
+        &mut self,
+        to: u64,
+        index: u64,
+        msg: Vec<u8>,
+        path: &std::path::Path,
+        descriptor: Descriptor,
+    ) -> Result<(), String> {
+        Transport::send_snapshot(self, to, index, msg, path, descriptor)
+    }
+
+    fn snapshot_results(&mut self) -> Vec<SnapshotSent> {
+        Transport::snapshot_results(self)
+    }
+
+    fn shutdown(&self) {
+        Transport::shutdown(self)
     }
 }
 
