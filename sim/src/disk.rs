@@ -35,6 +35,11 @@ impl SimDisk {
     }
 
     /// Read flips, failed writes and failed syncs, at these rates.
+    /// The file layer itself (a whole core opens its storage on it).
+    pub fn files(&self) -> std::sync::Arc<dyn warden_server::raft::files::Files> {
+        self.files.as_files()
+    }
+
     pub fn set_faults(&self, faults: Faults) {
         self.files.set_faults(faults);
     }

@@ -167,6 +167,48 @@ impl fmt::Display for FaultMix {
     }
 }
 
+/// A partition of `n` nodes of any shape: each node on one side or the
+/// other, neither side empty (a node alone is one shape of it). With what
+/// is already cut, the cuts add up to more shapes still.
+pub fn draw_sides(rng: &mut crate::rng::SimRng, n: usize) -> Vec<bool> {
+    let mut side: Vec<bool> = (0..n).map(|_| rng.coin()).collect();
+    if side.iter().all(|&s| s == side[0]) {
+        let i = rng.below(n);
+        side[i] = !side[i];
+    }
+    side
+}
+
+/// The one-way cuts a partition makes (nodes are numbered from 1): every
+/// pair on different sides, both ways.
+pub fn cuts_between(side: &[bool]) -> Vec<(u64, u64)> {
+    let n = side.len();
+    let mut cuts = Vec::new();
+    for a in 0..n {
+        for b in 0..n {
+            if side[a] != side[b] {
+                cuts.push((a as u64 + 1, b as u64 + 1));
+            }
+        }
+    }
+    cuts
+}
+
+/// The two sides of a partition, by node name, for the trace.
+pub fn side_names(side: &[bool]) -> (Vec<String>, Vec<String>) {
+    let mut a = Vec::new();
+    let mut b = Vec::new();
+    for (i, s) in side.iter().enumerate() {
+        let name = format!("n{}", i + 1);
+        if *s {
+            a.push(name);
+        } else {
+            b.push(name);
+        }
+    }
+    (a, b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use warden_sim::{run, BadModes, FaultMix, Outcome, SimConfig};
+use warden_sim::{run, BadModes, FaultMix, Outcome, SimConfig, Subject};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -41,11 +41,19 @@ struct Args {
     /// Mean simulated time between faults, in milliseconds.
     #[arg(long, default_value_t = SimConfig::default().fault_mean_ms)]
     fault_mean_ms: u64,
+    /// Simulate the whole server's core (real cores, register clients on
+    /// the native door, histories checked for linearizability) instead
+    /// of raft alone.
+    #[arg(long)]
+    core: bool,
+    /// KNOWN-BAD (with --core): linearizable reads without ReadIndex.
+    #[arg(long, requires = "core")]
+    skip_read_index: bool,
     /// KNOWN-BAD storage: sync makes nothing durable.
     #[arg(long)]
     skip_fsync: bool,
-    /// KNOWN-BAD storage: the vote is not persisted.
-    #[arg(long)]
+    /// KNOWN-BAD storage: the vote is not persisted (raft subject only).
+    #[arg(long, conflicts_with = "core")]
     vote_not_persisted: bool,
     /// Stop at the first failing seed (to find a known-bad mode's budget).
     #[arg(long)]
@@ -86,6 +94,11 @@ fn main() -> ExitCode {
         }
     };
     let cfg = SimConfig {
+        subject: if args.core {
+            Subject::Cores
+        } else {
+            Subject::Raft
+        },
         nodes: args.nodes.map(|n| n as usize),
         duration_ms: args.duration_ms,
         clients: args.clients,
@@ -94,6 +107,7 @@ fn main() -> ExitCode {
         bad: BadModes {
             skip_fsync: args.skip_fsync,
             vote_not_persisted: args.vote_not_persisted,
+            skip_read_index: args.skip_read_index,
         },
         ..SimConfig::default()
     };

@@ -524,6 +524,18 @@ impl Core {
         self.m.tree.applied_index()
     }
 
+    /// This server's role and term, as raft last said.
+    pub fn role_and_term(&self) -> (StateRole, u64) {
+        (self.m.role, self.raft.term())
+    }
+
+    /// The replicated state as applied (the tree, the sessions, the
+    /// members), encoded as a snapshot is: byte for byte the same on every
+    /// replica that applied the same entries (a simulator compares them).
+    pub fn encoded_state(&self) -> Vec<u8> {
+        self.m.tree.freeze().encode()
+    }
+
     /// Runs the Ready loop until raft has nothing more, then snapshots if due.
     fn drive(&mut self) -> Result<(), CoreError> {
         self.snapshot_transfers_ended();

@@ -70,23 +70,15 @@ impl World {
                 }
             }
             Kind::Partition => {
-                // Any shape: each node on one side or the other, neither
-                // side empty (a node alone is one shape of it). With what
-                // is already cut, the cuts add up to more shapes still.
                 let n = self.voters.len();
-                let mut side: Vec<bool> = (0..n).map(|_| self.rng.coin()).collect();
-                if side.iter().all(|&s| s == side[0]) {
-                    let i = self.rng.below(n);
-                    side[i] = !side[i];
+                let side = crate::faults::draw_sides(&mut self.rng, n);
+                for (a, b) in crate::faults::cuts_between(&side) {
+                    self.net.cut(a, b);
                 }
-                for a in 0..n {
-                    for b in 0..n {
-                        if side[a] != side[b] {
-                            self.net.cut(a as u64 + 1, b as u64 + 1);
-                        }
-                    }
-                }
-                self.note(0, format!("fault: partition {:?}", side_names(&side)));
+                self.note(
+                    0,
+                    format!("fault: partition {:?}", crate::faults::side_names(&side)),
+                );
             }
             Kind::OneWay => {
                 let from = self.random_node();
@@ -124,18 +116,4 @@ impl World {
         }
         Ok(())
     }
-}
-
-fn side_names(side: &[bool]) -> (Vec<String>, Vec<String>) {
-    let mut a = Vec::new();
-    let mut b = Vec::new();
-    for (i, s) in side.iter().enumerate() {
-        let name = format!("n{}", i + 1);
-        if *s {
-            a.push(name);
-        } else {
-            b.push(name);
-        }
-    }
-    (a, b)
 }

@@ -39,12 +39,28 @@ pub struct BadModes {
     /// `sync` makes nothing durable: a crash loses what it "synced".
     pub skip_fsync: bool,
     /// The vote is not persisted: a restarted node may vote again in a
-    /// term it already voted in.
+    /// term it already voted in (the raft subject only).
     pub vote_not_persisted: bool,
+    /// Linearizable reads are served without ReadIndex (the server's
+    /// `--unsafe-skip-read-index`; the core subject only).
+    pub skip_read_index: bool,
+}
+
+/// What a run simulates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Subject {
+    /// raft itself ([`warden_server::raft::RaftNode`] over the real
+    /// storage), with model clients proposing values.
+    #[default]
+    Raft,
+    /// The whole server's core, with register clients on its native door
+    /// (`crate::cores`).
+    Cores,
 }
 
 #[derive(Debug, Clone)]
 pub struct SimConfig {
+    pub subject: Subject,
     /// 3 to 5; `None`: drawn from the seed.
     pub nodes: Option<usize>,
     /// Simulated time the run lasts.
@@ -64,6 +80,7 @@ pub struct SimConfig {
 impl Default for SimConfig {
     fn default() -> Self {
         Self {
+            subject: Subject::default(),
             nodes: None,
             duration_ms: 20_000,
             clients: 3,
