@@ -21,6 +21,11 @@
 //! ([`HeldCreate::release_before_set`]): two creates of one join that
 //! both lose their answers.
 //!
+//! Keep a handle of the client until the held create is answered: the
+//! last handle dropped closes the session, and a server drops a closed
+//! session's connections, the held create's with them (it is refused
+//! unanswered, a [`Late`] of `ConnectionLoss` that proves nothing).
+//!
 //! Frames are decoded (`warden.proto`), so requests and answers are
 //! matched by xid, not by guessing at bytes.
 
