@@ -644,6 +644,13 @@ impl World {
 
     /// The linearizability checker over every register's history.
     fn check_histories(&mut self) -> Result<(), Violation> {
+        // What is still unanswered at the end may yet take effect.
+        for c in 0..self.clients.len() {
+            if let Some(text) = self.clients[c].given_up() {
+                let client = self.clients[c].id;
+                self.note(0, format!("c{client} {text} at the end"));
+            }
+        }
         let mut by_key: BTreeMap<usize, Vec<linearizable::Operation>> = BTreeMap::new();
         for c in &self.clients {
             for (key, ops) in &c.history {
