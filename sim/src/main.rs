@@ -49,6 +49,13 @@ struct Args {
     /// KNOWN-BAD (with --core): linearizable reads without ReadIndex.
     #[arg(long, requires = "core")]
     skip_read_index: bool,
+    /// KNOWN-BAD (with --core): ZooKeeper-door writes deduplicated by the
+    /// session's last 64 answers only.
+    #[arg(long, requires = "core")]
+    bounded_dedup: bool,
+    /// Pipelined writers on the ZooKeeper door (with --core).
+    #[arg(long, default_value_t = SimConfig::default().pipelines)]
+    pipelines: usize,
     /// KNOWN-BAD storage: sync makes nothing durable.
     #[arg(long)]
     skip_fsync: bool,
@@ -108,7 +115,9 @@ fn main() -> ExitCode {
             skip_fsync: args.skip_fsync,
             vote_not_persisted: args.vote_not_persisted,
             skip_read_index: args.skip_read_index,
+            bounded_dedup: args.bounded_dedup,
         },
+        pipelines: args.pipelines,
         ..SimConfig::default()
     };
     // raft's assertions are caught and reported as violations, with the

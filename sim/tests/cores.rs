@@ -49,7 +49,12 @@ const SEEDS: &[(u64, &str)] = &[
          not linearizable)",
     ),
     (5054, "as 5042"),
-    (8, "catches --skip-read-index (a stale read of /r1)"),
+    (
+        0,
+        "catches --bounded-dedup (a pipelined create applied twice)",
+    ),
+    (1, "catches --skip-read-index (a stale read of /r0)"),
+    (5, "catches --skip-fsync (a read of /r0 no order explains)"),
 ];
 
 #[test]
@@ -97,6 +102,21 @@ fn reads_without_read_index_are_caught_by_the_linearizability_checker() {
     caught_within_budget(
         BadModes {
             skip_read_index: true,
+            ..BadModes::default()
+        },
+        false,
+    );
+}
+
+/// ZooKeeper-door writes told apart by the session's last 64 answers
+/// only (the defect the server had before issue 27: a pipeline longer
+/// than that, proposed again after a leader change, applies twice): the
+/// pipelined writer's values show up twice in the tree.
+#[test]
+fn a_dedup_bounded_by_the_answer_cache_is_caught_as_a_doubled_write() {
+    caught_within_budget(
+        BadModes {
+            bounded_dedup: true,
             ..BadModes::default()
         },
         false,

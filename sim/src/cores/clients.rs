@@ -116,34 +116,9 @@ impl RegClient {
     /// `incarnation`): the message for the core.
     pub fn open(&mut self, host: u64, incarnation: u64) -> CoreMsg {
         self.conns += 1;
-        let id = self.id * 1_000_000 + self.conns;
-        let (out, rx) = outbound::channel(OUTBOUND_FRAMES_MAX);
-        let closed = CancellationToken::new();
-        self.conn = Some(Conn {
-            id,
-            host,
-            incarnation,
-            rx,
-            closed: closed.clone(),
-            session: None,
-        });
-        let peer: SocketAddr = format!("10.1.0.{}:{}", self.id, 40_000 + self.conns % 20_000)
-            .parse()
-            .expect("a literal address");
-        CoreMsg::Open {
-            conn: id,
-            peer,
-            door: Door::Native,
-            out,
-            closed,
-            connect: pb::ConnectRequest {
-                protocol_version: warden_protocol::PROTOCOL_VERSION,
-                timeout_ms: SESSION_TIMEOUT_MS,
-                ..Default::default()
-            },
-            tls_subject: None,
-            can_be_read_only: false,
-        }
+        let (conn, msg) = open(self.id, self.conns, host, incarnation, Door::Native);
+        self.conn = Some(conn);
+        msg
     }
 
     /// The next operation, drawn by the caller's `pick` (a register and a
@@ -178,11 +153,7 @@ impl RegClient {
             Op::Create { value, .. } => pb::request::Op::Create(pb::CreateRequest {
                 path,
                 data: value.to_string().into_bytes(),
-                acl: vec![pb::Acl {
-                    perms: 31,
-                    scheme: "world".into(),
-                    id: "anyone".into(),
-                }],
+                acl: open_acl(),
                 ..Default::default()
             }),
         };
@@ -273,6 +244,50 @@ impl RegClient {
             op,
         });
     }
+}
+
+/// Client `client`'s `seq`th connection, to `host` (process
+/// `incarnation`), on `door`, and its handshake for the core (a new
+/// session).
+pub fn open(client: u64, seq: u64, host: u64, incarnation: u64, door: Door) -> (Conn, CoreMsg) {
+    let id = client * 1_000_000 + seq;
+    let (out, rx) = outbound::channel(OUTBOUND_FRAMES_MAX);
+    let closed = CancellationToken::new();
+    let conn = Conn {
+        id,
+        host,
+        incarnation,
+        rx,
+        closed: closed.clone(),
+        session: None,
+    };
+    let peer: SocketAddr = format!("10.1.0.{client}:{}", 40_000 + seq % 20_000)
+        .parse()
+        .expect("a literal address");
+    let msg = CoreMsg::Open {
+        conn: id,
+        peer,
+        door,
+        out,
+        closed,
+        connect: pb::ConnectRequest {
+            protocol_version: warden_protocol::PROTOCOL_VERSION,
+            timeout_ms: SESSION_TIMEOUT_MS,
+            ..Default::default()
+        },
+        tls_subject: None,
+        can_be_read_only: false,
+    };
+    (conn, msg)
+}
+
+/// Full permissions for anyone: the clients' znodes.
+pub fn open_acl() -> Vec<pb::Acl> {
+    vec![pb::Acl {
+        perms: 31,
+        scheme: "world".into(),
+        id: "anyone".into(),
+    }]
 }
 
 fn parse_value(data: &[u8]) -> Option<i64> {

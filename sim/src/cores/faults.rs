@@ -40,7 +40,10 @@ impl World {
                 for (a, b) in faults::cuts_between(&side) {
                     self.net.cut(a, b);
                 }
-                self.note(0, format!("fault: partition {:?}", faults::side_names(&side)));
+                self.note(
+                    0,
+                    format!("fault: partition {:?}", faults::side_names(&side)),
+                );
             }
             Kind::OneWay => {
                 let from = self.random_node();

@@ -130,7 +130,10 @@ struct Flags {
 /// The server's configuration for member `id` of `voters`, from the
 /// server's own flags.
 pub fn config(id: u64, voters: &[u64], flags: &HostFlags) -> Result<Config, String> {
-    let peers: Vec<String> = voters.iter().map(|v| format!("{v}={}", addr_of(*v))).collect();
+    let peers: Vec<String> = voters
+        .iter()
+        .map(|v| format!("{v}={}", addr_of(*v)))
+        .collect();
     let mut args = vec![
         "warden".to_string(),
         format!("--id={id}"),

@@ -19,6 +19,7 @@
 mod clients;
 mod faults;
 mod host;
+mod queue;
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -28,8 +29,8 @@ use warden_jepsen::linearizable::{self, Verdict};
 use warden_protocol::pb;
 use warden_server::core::CoreMsg;
 use warden_server::proto::{peer_frame, PeerFrame};
-use warden_server::raft::transport::PeerEvent;
 use warden_server::raft::files::Faults;
+use warden_server::raft::transport::PeerEvent;
 use warden_server::watch::ConnId;
 
 use crate::faults::Kind;
@@ -40,13 +41,17 @@ use crate::scheduler::Scheduler;
 use crate::time::{SimTime, US_PER_MS};
 use crate::trace::Trace;
 use crate::world::{Outcome, SimConfig, Stats};
-use clients::RegClient;
+use clients::{Conn, RegClient};
 use host::{Host, HostFlags};
+use queue::QueueClient;
 
 /// Replicas that applied the same index hold different states.
 pub const REPLICAS_EQUAL: &str = "every replica's state equal at an equal applied index";
 /// The clients' reads and writes of a register have no linearization.
 pub const LINEARIZABLE: &str = "the registers are linearizable";
+/// A pipelined create applied twice, or an acknowledged one lost.
+pub const EXACTLY_ONCE: &str =
+    "every acknowledged write applied exactly once, any other at most once";
 
 /// Client links are not faulted: a message or answer takes this long.
 const CLIENT_DELAY_MIN_US: u64 = 100;
@@ -58,14 +63,30 @@ const BACKOFF_MIN_MS: u64 = 20;
 const BACKOFF_MAX_MS: u64 = 200;
 
 enum Event {
-    Tick { node: u64, gen: u64 },
-    Turn { node: u64, incarnation: u64 },
-    Deliver { to: u64, frame: Box<PeerFrame> },
-    LinkClosed { node: u64, peer: u64 },
-    Restart { node: u64 },
+    Tick {
+        node: u64,
+        gen: u64,
+    },
+    Turn {
+        node: u64,
+        incarnation: u64,
+    },
+    Deliver {
+        to: u64,
+        frame: Box<PeerFrame>,
+    },
+    LinkClosed {
+        node: u64,
+        peer: u64,
+    },
+    Restart {
+        node: u64,
+    },
     Fault,
     /// A client starts its next operation (or session) if it is idle.
-    ClientSend { client: u64 },
+    ClientSend {
+        client: u64,
+    },
     ToHost {
         node: u64,
         incarnation: u64,
@@ -77,8 +98,31 @@ enum Event {
         frame: Box<pb::ServerFrame>,
     },
     /// The server closed the connection, or its process went.
-    ConnLost { client: u64, conn: ConnId },
-    ClientTimeout { client: u64, attempt: u64 },
+    ConnLost {
+        client: u64,
+        conn: ConnId,
+    },
+    ClientTimeout {
+        client: u64,
+        attempt: u64,
+    },
+    /// The pipelined writer sends what its window allows (or connects).
+    QueueSend {
+        q: usize,
+    },
+    QueueFrame {
+        q: usize,
+        conn: ConnId,
+        frame: Box<pb::ServerFrame>,
+    },
+    QueueLost {
+        q: usize,
+        conn: ConnId,
+    },
+    QueueTimeout {
+        q: usize,
+        progress: u64,
+    },
 }
 
 impl Event {
@@ -104,6 +148,12 @@ struct World {
     hosts: Vec<Host>,
     voters: Vec<u64>,
     clients: Vec<RegClient>,
+    /// Pipelined writers on the ZooKeeper door.
+    queues: Vec<QueueClient>,
+    /// When the last message on each direction of each client connection
+    /// arrives ((connection, to the server)): a connection delivers in
+    /// order.
+    links: BTreeMap<(ConnId, bool), SimTime>,
     trace: Trace,
     inv: Invariants,
     stats: Stats,
@@ -149,12 +199,19 @@ fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "a panic without a message".into())
 }
 
-/// 64-bit FNV-1a: a digest that is the same in every run.
+/// A digest that is the same in every run (std's SipHash with its fixed
+/// keys: no per-process seed).
 fn digest(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    use std::hash::{DefaultHasher, Hasher};
+    let mut h = DefaultHasher::new();
+    h.write(bytes);
+    h.finish()
 }
+
+/// Replica states are compared at applied indices that are multiples of
+/// this (encoding a state costs as much as a snapshot: not at every
+/// turn), and at the end of the run.
+const STATE_CHECK_EVERY: u64 = 8;
 
 /// A peer frame, for the trace.
 fn describe(frame: &PeerFrame) -> String {
@@ -175,9 +232,7 @@ fn describe(frame: &PeerFrame) -> String {
 impl World {
     fn new(seed: u64, cfg: SimConfig) -> Result<Self, String> {
         if cfg.bad.vote_not_persisted {
-            return Err(
-                "--vote-not-persisted is a storage switch of the raft subject only".into(),
-            );
+            return Err("--vote-not-persisted is a storage switch of the raft subject only".into());
         }
         let mut rng = SimRng::new(seed);
         let nodes = match cfg.nodes {
@@ -201,6 +256,9 @@ impl World {
         }
         if cfg.bad.skip_read_index {
             extra.push("--unsafe-skip-read-index".to_string());
+        }
+        if cfg.bad.bounded_dedup {
+            extra.push("--unsafe-bounded-dedup".to_string());
         }
         let flags = HostFlags {
             tick_ms: cfg.tick_ms,
@@ -251,6 +309,13 @@ impl World {
         let clients = (1..=cfg.clients as u64)
             .map(|id| RegClient::new(id, 1 + rng.below(nodes) as u64))
             .collect();
+        let queues = (0..cfg.pipelines as u64)
+            .map(|i| {
+                let id = cfg.clients as u64 + 1 + i;
+                let window = 1 + rng.below(queue::WINDOW_MAX);
+                QueueClient::new(id, 1 + rng.below(nodes) as u64, window)
+            })
+            .collect();
         Ok(Self {
             cfg,
             flags,
@@ -260,6 +325,8 @@ impl World {
             hosts,
             voters,
             clients,
+            queues,
+            links: BTreeMap::new(),
             trace,
             inv: Invariants::default(),
             stats: Stats {
@@ -292,6 +359,10 @@ impl World {
             let wait = self.rng.between(0, 500) * US_PER_MS;
             self.sched.after_us(wait, Event::ClientSend { client: c });
         }
+        for q in 0..self.queues.len() {
+            let wait = self.rng.between(0, 500) * US_PER_MS;
+            self.sched.after_us(wait, Event::QueueSend { q });
+        }
         if !self.cfg.faults.events().is_empty() {
             let wait = self.rng.exponential(self.cfg.fault_mean_ms * US_PER_MS);
             self.sched.after_us(wait, Event::Fault);
@@ -308,8 +379,19 @@ impl World {
             }
             self.handle(event)?;
         }
-        self.stats.acked = self.clients.iter().map(|c| c.acked).sum();
+        self.stats.acked = self.clients.iter().map(|c| c.acked).sum::<u64>()
+            + self
+                .queues
+                .iter()
+                .map(|q| q.acked.len() as u64)
+                .sum::<u64>();
+        for node in self.voters.clone() {
+            if let Some(applied) = self.host(node).core.as_ref().map(|c| c.applied_index()) {
+                self.replica_state(node, applied)?;
+            }
+        }
         self.check_histories()?;
+        self.check_queue()?;
         self.note(
             0,
             format!(
@@ -387,6 +469,27 @@ impl World {
                 }
                 Ok(())
             }
+            Event::QueueSend { q } => {
+                self.queue_send(q);
+                Ok(())
+            }
+            Event::QueueFrame { q, conn, frame } => {
+                self.queue_frame(q, conn, *frame);
+                Ok(())
+            }
+            Event::QueueLost { q, conn } => {
+                if self.queues[q].conn.as_ref().map(|k| k.id) == Some(conn) {
+                    self.queue_lost(q, "connection closed");
+                }
+                Ok(())
+            }
+            Event::QueueTimeout { q, progress } => {
+                if self.queues[q].progress == progress && self.queues[q].conn.is_some() {
+                    self.queue_close(q);
+                    self.queue_lost(q, "timed out");
+                }
+                Ok(())
+            }
         }
     }
 
@@ -412,7 +515,7 @@ impl World {
                 detail: format!("n{node}: {text}"),
             });
         }
-        self.to_clients(node);
+        self.answer_clients(node);
         Ok(())
     }
 
@@ -532,8 +635,15 @@ impl World {
                 Fate::Deliver(times) => {
                     let copies = times.len();
                     for (i, at) in times.into_iter().enumerate() {
-                        let dup = if copies > 1 && i > 0 { " (duplicate)" } else { "" };
-                        self.note(node, format!("send {text} to n{to}, arrives {}{dup}", at.ms()));
+                        let dup = if copies > 1 && i > 0 {
+                            " (duplicate)"
+                        } else {
+                            ""
+                        };
+                        self.note(
+                            node,
+                            format!("send {text} to n{to}, arrives {}{dup}", at.ms()),
+                        );
                         self.sched.at(
                             at,
                             Event::Deliver {
@@ -554,14 +664,19 @@ impl World {
         self.stats.highest_term = self.stats.highest_term.max(term);
         if self.roles.get(&node) != Some(&(role, term)) {
             self.roles.insert(node, (role, term));
-            self.note(node, format!("role {role:?}, term {term}, leader n{leader}"));
+            self.note(
+                node,
+                format!("role {role:?}, term {term}, leader n{leader}"),
+            );
             if role == StateRole::Leader {
                 self.inv.became_leader(node, term)?;
             }
         }
         if applied != self.host(node).applied {
             self.host(node).applied = applied;
-            self.replica_state(node, applied)?;
+            if applied.is_multiple_of(STATE_CHECK_EVERY) {
+                self.replica_state(node, applied)?;
+            }
         }
         Ok(())
     }
@@ -629,10 +744,26 @@ impl World {
                 self.sched.after_us(delay, Event::ConnLost { client, conn });
             }
         }
+        for q in 0..self.queues.len() {
+            let lost = match &self.queues[q].conn {
+                Some(conn) if conn.host == node => Some(conn.id),
+                _ => None,
+            };
+            if let Some(conn) = lost {
+                let delay = self.rng.between(100, 2_000);
+                self.sched.after_us(delay, Event::QueueLost { q, conn });
+            }
+        }
         for peer in self.voters.clone() {
             if peer != node && self.host(peer).is_up() {
                 let delay = self.rng.between(100, 2_000);
-                self.sched.after_us(delay, Event::LinkClosed { node: peer, peer: node });
+                self.sched.after_us(
+                    delay,
+                    Event::LinkClosed {
+                        node: peer,
+                        peer: node,
+                    },
+                );
             }
         }
     }
@@ -701,41 +832,55 @@ impl World {
         self.rng.between(CLIENT_DELAY_MIN_US, CLIENT_DELAY_MAX_US)
     }
 
+    /// When a message on `conn` (toward the server if `to_server`) sent
+    /// now arrives: after a drawn delay, and never before the one sent
+    /// before it on the same connection.
+    fn link_at(&mut self, conn: ConnId, to_server: bool) -> SimTime {
+        let delay = self.client_delay();
+        let at = self.sched.now().plus_us(delay);
+        let last = self.links.entry((conn, to_server)).or_default();
+        let at = at.max(*last);
+        *last = at;
+        at
+    }
+
     /// Answers and closings a host's core queued for its clients travel to
     /// them.
-    fn to_clients(&mut self, node: u64) {
+    fn answer_clients(&mut self, node: u64) {
         for c in 0..self.clients.len() {
             let client = self.clients[c].id;
-            let mut frames = Vec::new();
-            let mut closed = None;
-            if let Some(conn) = self.clients[c].conn.as_mut() {
-                if conn.host != node {
-                    continue;
-                }
-                while let Some(frame) = conn.rx.try_recv() {
-                    frames.push(frame);
-                }
-                if conn.closed.is_cancelled() {
-                    closed = Some(conn.id);
-                }
-            }
-            let Some(conn) = self.clients[c].conn.as_ref().map(|c| c.id) else {
+            let Some((conn, frames, closed)) = drain(self.clients[c].conn.as_mut(), node) else {
                 continue;
             };
-            // One delay for the batch: a connection delivers in order.
-            let delay = self.client_delay();
             for frame in frames {
-                self.sched.after_us(
-                    delay,
+                let at = self.link_at(conn, false);
+                let frame = Box::new(frame);
+                self.sched.at(
+                    at,
                     Event::ToClient {
                         client,
                         conn,
-                        frame: Box::new(frame),
+                        frame,
                     },
                 );
             }
-            if let Some(conn) = closed {
-                self.sched.after_us(delay, Event::ConnLost { client, conn });
+            if closed {
+                let at = self.link_at(conn, false);
+                self.sched.at(at, Event::ConnLost { client, conn });
+            }
+        }
+        for q in 0..self.queues.len() {
+            let Some((conn, frames, closed)) = drain(self.queues[q].conn.as_mut(), node) else {
+                continue;
+            };
+            for frame in frames {
+                let at = self.link_at(conn, false);
+                let frame = Box::new(frame);
+                self.sched.at(at, Event::QueueFrame { q, conn, frame });
+            }
+            if closed {
+                let at = self.link_at(conn, false);
+                self.sched.at(at, Event::QueueLost { q, conn });
             }
         }
     }
@@ -766,11 +911,15 @@ impl World {
                 (node, CoreMsg::Request { conn: id, request }, text)
             }
         };
-        let incarnation = self.client(client).conn.as_ref().map_or(0, |k| k.incarnation);
+        let (conn, incarnation) = self
+            .client(client)
+            .conn
+            .as_ref()
+            .map_or((0, 0), |k| (k.id, k.incarnation));
         self.note(0, format!("c{client} {text} to n{node}"));
-        let delay = self.client_delay();
-        self.sched.after_us(
-            delay,
+        let at = self.link_at(conn, true);
+        self.sched.at(
+            at,
             Event::ToHost {
                 node,
                 incarnation,
@@ -792,7 +941,11 @@ impl World {
             Some(pb::server_frame::Kind::Connect(r)) => {
                 let code = pb::ErrorCode::try_from(r.error).unwrap_or(pb::ErrorCode::SystemError);
                 if code != pb::ErrorCode::Ok {
-                    self.conn_lost(client, conn, &format!("handshake refused: {code:?} {}", r.message));
+                    self.conn_lost(
+                        client,
+                        conn,
+                        &format!("handshake refused: {code:?} {}", r.message),
+                    );
                     return;
                 }
                 let c = self.client(client);
@@ -800,7 +953,10 @@ impl World {
                     k.session = Some(r.session_id);
                 }
                 c.attempt += 1;
-                self.note(0, format!("c{client} session {:#x} on n{}", r.session_id, r.server_id));
+                self.note(
+                    0,
+                    format!("c{client} session {:#x} on n{}", r.session_id, r.server_id),
+                );
                 self.think(client);
             }
             Some(pb::server_frame::Kind::Response(r)) => {
@@ -834,9 +990,9 @@ impl World {
             let k = self.client(client).conn.as_ref().expect("checked");
             (k.host, k.incarnation)
         };
-        let delay = self.client_delay();
-        self.sched.after_us(
-            delay,
+        let at = self.link_at(conn, true);
+        self.sched.at(
+            at,
             Event::ToHost {
                 node,
                 incarnation,
@@ -859,11 +1015,25 @@ impl World {
         c.attempt += 1;
         c.target = target;
         let given_up = c.given_up();
-        self.note(0, format!("c{client} lost its connection ({why}); next on n{target}"));
+        self.note(
+            0,
+            format!("c{client} lost its connection ({why}); next on n{target}"),
+        );
         if let Some(text) = given_up {
             self.note(0, format!("c{client} {text}"));
         }
         let wait = self.rng.between(BACKOFF_MIN_MS, BACKOFF_MAX_MS) * US_PER_MS;
         self.sched.after_us(wait, Event::ClientSend { client });
     }
+}
+
+/// What a client's connection to `node` has received (its id, the frames,
+/// whether the server closed it); `None` if it is not on `node`.
+fn drain(conn: Option<&mut Conn>, node: u64) -> Option<(ConnId, Vec<pb::ServerFrame>, bool)> {
+    let conn = conn.filter(|c| c.host == node)?;
+    let mut frames = Vec::new();
+    while let Some(frame) = conn.rx.try_recv() {
+        frames.push(frame);
+    }
+    Some((conn.id, frames, conn.closed.is_cancelled()))
 }

@@ -44,6 +44,10 @@ pub struct BadModes {
     /// Linearizable reads are served without ReadIndex (the server's
     /// `--unsafe-skip-read-index`; the core subject only).
     pub skip_read_index: bool,
+    /// ZooKeeper-door writes deduplicated by the session's last answers
+    /// only (the server's `--unsafe-bounded-dedup`; the core subject
+    /// only).
+    pub bounded_dedup: bool,
 }
 
 /// What a run simulates.
@@ -66,6 +70,8 @@ pub struct SimConfig {
     /// Simulated time the run lasts.
     pub duration_ms: u64,
     pub clients: usize,
+    /// Pipelined writers on the ZooKeeper door (the core subject only).
+    pub pipelines: usize,
     pub faults: FaultMix,
     /// Mean time between faults.
     pub fault_mean_ms: u64,
@@ -84,6 +90,7 @@ impl Default for SimConfig {
             nodes: None,
             duration_ms: 20_000,
             clients: 3,
+            pipelines: 1,
             faults: FaultMix::all(),
             fault_mean_ms: 700,
             bad: BadModes::default(),
