@@ -53,6 +53,10 @@ struct Args {
     /// session's last 64 answers only.
     #[arg(long, requires = "core")]
     bounded_dedup: bool,
+    /// KNOWN-BAD (with --core): removals in flight kept across a role
+    /// change.
+    #[arg(long, requires = "core")]
+    keep_removals: bool,
     /// Pipelined writers on the ZooKeeper door (with --core).
     #[arg(long, default_value_t = SimConfig::default().pipelines)]
     pipelines: usize,
@@ -116,6 +120,7 @@ fn main() -> ExitCode {
             vote_not_persisted: args.vote_not_persisted,
             skip_read_index: args.skip_read_index,
             bounded_dedup: args.bounded_dedup,
+            keep_removals: args.keep_removals,
         },
         pipelines: args.pipelines,
         ..SimConfig::default()

@@ -5,6 +5,11 @@
 //! a write of a value no one wrote before ([`pb::SetDataRequest`]; a
 //! [`pb::CreateRequest`] while the register is not known to exist).
 //!
+//! Now and then (until the run's calm end, `World::calm`) a client
+//! instead creates a TTL node (`/ttl-c<client>-<n>`, a TTL of
+//! [`TTL_MIN_MS`] to [`TTL_MAX_MS`]) that nobody writes again: it must be
+//! gone by the end of the run (`World::check_ttl`).
+//!
 //! What each operation returned goes into a history the jepsen suite's
 //! linearizability checker reads at the end of the run
 //! ([`warden_jepsen::linearizable`]): a write answered OK took effect; a
@@ -33,6 +38,12 @@ pub const SESSION_TIMEOUT_MS: u32 = 4_000;
 /// An operation (or a handshake) unanswered this long is given up.
 pub const OP_TIMEOUT_MS: u64 = 3_000;
 
+/// The TTL of the TTL nodes the clients create.
+pub const TTL_MIN_MS: u64 = 100;
+pub const TTL_MAX_MS: u64 = 800;
+/// The name every such node starts with (under `/`).
+pub const TTL_PREFIX: &str = "/ttl-";
+
 /// A register's path.
 pub fn key_path(key: usize) -> String {
     format!("/r{key}")
@@ -44,14 +55,8 @@ pub enum Op {
     Read { key: usize },
     Write { key: usize, value: i64 },
     Create { key: usize, value: i64 },
-}
-
-impl Op {
-    fn key(&self) -> usize {
-        match self {
-            Op::Read { key } | Op::Write { key, .. } | Op::Create { key, .. } => *key,
-        }
-    }
+    /// A TTL node, not a register.
+    CreateTtl { n: u64, ttl_ms: u64 },
 }
 
 #[derive(Debug)]
@@ -88,6 +93,8 @@ pub struct RegClient {
     next_xid: u64,
     /// Values written so far (the next value's number).
     values: i64,
+    /// TTL nodes created so far.
+    ttl_nodes: u64,
     /// Registers this client saw exist (written or read).
     exists: [bool; KEYS],
     /// Every operation that may have taken effect, by register.
@@ -106,6 +113,7 @@ impl RegClient {
             attempt: 0,
             next_xid: 1,
             values: 0,
+            ttl_nodes: 0,
             exists: [false; KEYS],
             history: BTreeMap::new(),
             acked: 0,
@@ -119,6 +127,28 @@ impl RegClient {
         let (conn, msg) = open(self.id, self.conns, host, incarnation, Door::Native);
         self.conn = Some(conn);
         msg
+    }
+
+    /// A TTL node's create, as the request for the core.
+    pub fn create_ttl(&mut self, ttl_ms: u64, now: SimTime) -> pb::Request {
+        let xid = self.next_xid;
+        self.next_xid += 1;
+        self.ttl_nodes += 1;
+        let n = self.ttl_nodes;
+        self.pending = Some(Pending {
+            xid,
+            op: Op::CreateTtl { n, ttl_ms },
+            invoked: now,
+        });
+        pb::Request {
+            xid,
+            op: Some(pb::request::Op::Create(pb::CreateRequest {
+                path: format!("{TTL_PREFIX}c{}-{n}", self.id),
+                acl: open_acl(),
+                ttl_ms,
+                ..Default::default()
+            })),
+        }
     }
 
     /// The next operation, drawn by the caller's `pick` (a register and a
@@ -156,6 +186,7 @@ impl RegClient {
                 acl: open_acl(),
                 ..Default::default()
             }),
+            Op::CreateTtl { .. } => unreachable!("made by create_ttl"),
         };
         self.pending = Some(Pending {
             xid,
@@ -173,7 +204,10 @@ impl RegClient {
     pub fn answered(&mut self, response: &pb::Response, now: SimTime) -> Option<String> {
         let p = self.pending.take_if(|p| p.xid == response.xid)?;
         let code = ErrorCode::try_from(response.error).unwrap_or(ErrorCode::SystemError);
-        let key = p.op.key();
+        let key = match &p.op {
+            Op::Read { key } | Op::Write { key, .. } | Op::Create { key, .. } => *key,
+            Op::CreateTtl { .. } => return Some(format!("{} {code:?}", describe(&p.op))),
+        };
         let complete = Some(now.0);
         let recorded = match (&p.op, code) {
             (Op::Read { .. }, ErrorCode::Ok) => {
@@ -207,6 +241,7 @@ impl RegClient {
             (Op::Write { value, .. } | Op::Create { value, .. }, _) => {
                 Some((RegOp::Write(*value), None))
             }
+            (Op::CreateTtl { .. }, _) => unreachable!("answered above"),
         };
         let text = format!(
             "{} {:?}: {:?}{}",
@@ -230,7 +265,8 @@ impl RegClient {
     /// dropped.
     pub fn given_up(&mut self) -> Option<String> {
         let p = self.pending.take()?;
-        if let Op::Write { key, value } | Op::Create { key, value } = p.op {
+        if let Op::Write { key, value } | Op::Create { key, value } = &p.op {
+            let (key, value) = (*key, *value);
             self.record(key, p.invoked, None, RegOp::Write(value));
         }
         Some(format!("{} given up", describe(&p.op)))
@@ -299,5 +335,6 @@ fn describe(op: &Op) -> String {
         Op::Read { key } => format!("read {}", key_path(*key)),
         Op::Write { key, value } => format!("write {} {value}", key_path(*key)),
         Op::Create { key, value } => format!("create {} {value}", key_path(*key)),
+        Op::CreateTtl { n, ttl_ms } => format!("create TTL node #{n} ({ttl_ms} ms)"),
     }
 }

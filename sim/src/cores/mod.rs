@@ -49,6 +49,8 @@ use queue::QueueClient;
 pub const REPLICAS_EQUAL: &str = "every replica's state equal at an equal applied index";
 /// The clients' reads and writes of a register have no linearization.
 pub const LINEARIZABLE: &str = "the registers are linearizable";
+/// A TTL node long expired, in a calm cluster, still there.
+pub const TTL_REMOVED: &str = "every expired TTL node removed";
 /// A pipelined create applied twice, or an acknowledged one lost.
 pub const EXACTLY_ONCE: &str =
     "every acknowledged write applied exactly once, any other at most once";
@@ -58,6 +60,13 @@ const CLIENT_DELAY_MIN_US: u64 = 100;
 const CLIENT_DELAY_MAX_US: u64 = 1_000;
 /// Between an answer and the next operation.
 const THINK_MAX_MS: u64 = 30;
+/// The share of a run, at its end, without new faults (at most
+/// [`CALM_MAX_MS`]): every link healed, every server started, so what
+/// must happen eventually (a TTL node's removal) has happened by the end.
+const CALM_SHARE_PCT: u64 = 40;
+const CALM_MAX_MS: u64 = 5_000;
+/// One client operation in this many creates a TTL node (before the calm).
+const TTL_ONE_IN: usize = 8;
 /// After a lost session, before the next.
 const BACKOFF_MIN_MS: u64 = 20;
 const BACKOFF_MAX_MS: u64 = 200;
@@ -123,6 +132,8 @@ enum Event {
         q: usize,
         progress: u64,
     },
+    /// The run's calm end begins (see [`World::calm`]).
+    Calm,
 }
 
 impl Event {
@@ -162,6 +173,9 @@ struct World {
     /// A digest of the state some replica held at each applied index,
     /// and which replica.
     states: BTreeMap<u64, (u64, u64)>,
+    /// When the calm end begins.
+    calm_at: SimTime,
+    calm: bool,
 }
 
 /// Runs one seed of the core subject to its end or its first violation.
@@ -260,6 +274,9 @@ impl World {
         if cfg.bad.bounded_dedup {
             extra.push("--unsafe-bounded-dedup".to_string());
         }
+        if cfg.bad.keep_removals {
+            extra.push("--unsafe-keep-removals-across-roles".to_string());
+        }
         let flags = HostFlags {
             tick_ms: cfg.tick_ms,
             election_ticks: cfg.election_ticks,
@@ -280,6 +297,8 @@ impl World {
                 cfg.bad
             ),
         );
+        let calm_ms = (cfg.duration_ms * CALM_SHARE_PCT / 100).min(CALM_MAX_MS);
+        let calm_at = SimTime((cfg.duration_ms - calm_ms) * US_PER_MS);
         let voters: Vec<u64> = (1..=nodes as u64).collect();
         // Checked once before the run: a flag the server refuses is the
         // run's mistake, not a node that cannot start.
@@ -335,6 +354,8 @@ impl World {
             },
             roles: BTreeMap::new(),
             states: BTreeMap::new(),
+            calm_at,
+            calm: false,
         })
     }
 
@@ -367,6 +388,7 @@ impl World {
             let wait = self.rng.exponential(self.cfg.fault_mean_ms * US_PER_MS);
             self.sched.after_us(wait, Event::Fault);
         }
+        self.sched.at(self.calm_at, Event::Calm);
         let end = SimTime(self.cfg.duration_ms * US_PER_MS);
         while let Some((now, event)) = self.sched.next(end) {
             self.stats.events += 1;
@@ -392,6 +414,7 @@ impl World {
         }
         self.check_histories()?;
         self.check_queue()?;
+        self.check_ttl()?;
         self.note(
             0,
             format!(
@@ -430,6 +453,9 @@ impl World {
                 self.start(node)
             }
             Event::Fault => {
+                if self.calm {
+                    return Ok(());
+                }
                 self.fault();
                 let wait = self.rng.exponential(self.cfg.fault_mean_ms * US_PER_MS);
                 self.sched.after_us(wait, Event::Fault);
@@ -469,6 +495,7 @@ impl World {
                 }
                 Ok(())
             }
+            Event::Calm => self.calm(),
             Event::QueueSend { q } => {
                 self.queue_send(q);
                 Ok(())
@@ -773,6 +800,64 @@ impl World {
         self.sched.after_us(down, Event::Restart { node });
     }
 
+    /// The calm end of the run: no new faults, every link healed, every
+    /// server not running started, disks without faults, stalls over.
+    /// What a healthy cluster must do eventually it does by the end.
+    fn calm(&mut self) -> Result<(), Violation> {
+        self.calm = true;
+        self.net.heal();
+        self.note(0, "calm: no more faults; every link healed, every server up");
+        let now = self.sched.now();
+        for node in self.voters.clone() {
+            let h = self.host(node);
+            h.disk.set_faults(Faults::default());
+            h.paused_until = h.paused_until.min(now);
+            if !h.is_up() {
+                self.start(node)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// At the end: no TTL node is left in the most advanced replica's
+    /// tree (every one was created before the calm began, with a TTL far
+    /// shorter than the calm, and nobody wrote it again).
+    fn check_ttl(&mut self) -> Result<(), Violation> {
+        let best = self
+            .hosts
+            .iter()
+            .filter_map(|h| h.core.as_ref().map(|c| (c.applied_index(), h.id)))
+            .max();
+        let Some((applied, node)) = best else {
+            return Ok(());
+        };
+        let state = self.host(node).core.as_ref().expect("up").encoded_state();
+        let snapshot = <warden_server::proto::Snapshot as prost::Message>::decode(&state[..])
+            .map_err(|e| Violation {
+                invariant: TTL_REMOVED,
+                detail: format!("n{node}'s state does not decode: {e}"),
+            })?;
+        let left: Vec<&str> = snapshot
+            .nodes
+            .iter()
+            .map(|n| n.path.as_str())
+            .filter(|p| p.starts_with(clients::TTL_PREFIX))
+            .collect();
+        if left.is_empty() {
+            self.note(0, format!("TTL nodes: none left on n{node} at {applied}"));
+            return Ok(());
+        }
+        self.note(node, format!("TTL nodes left at {applied}: {left:?}"));
+        Err(Violation {
+            invariant: TTL_REMOVED,
+            detail: format!(
+                "{} TTL node(s) expired before the calm end and still in n{node}'s tree at {applied}: {}",
+                left.len(),
+                left.iter().take(5).copied().collect::<Vec<_>>().join(", ")
+            ),
+        })
+    }
+
     /// The linearizability checker over every register's history.
     fn check_histories(&mut self) -> Result<(), Violation> {
         // What is still unanswered at the end may yet take effect.
@@ -903,10 +988,16 @@ impl World {
             }
             Some(conn) => {
                 let (node, id) = (conn.host, conn.id);
+                let ttl = !self.calm && self.rng.below(TTL_ONE_IN) == 0;
                 let key = self.rng.below(clients::KEYS);
                 let read = self.rng.coin();
+                let ttl_ms = self.rng.between(clients::TTL_MIN_MS, clients::TTL_MAX_MS);
                 let c = self.client(client);
-                let request = c.next_op(key, read, now);
+                let request = if ttl {
+                    c.create_ttl(ttl_ms, now)
+                } else {
+                    c.next_op(key, read, now)
+                };
                 let text = format!("sends {:?}", c.pending.as_ref().map(|p| &p.op));
                 (node, CoreMsg::Request { conn: id, request }, text)
             }

@@ -48,6 +48,10 @@ pub struct BadModes {
     /// only (the server's `--unsafe-bounded-dedup`; the core subject
     /// only).
     pub bounded_dedup: bool,
+    /// Removals in flight kept across a role change (the server's
+    /// `--unsafe-keep-removals-across-roles`): one lost with a leadership
+    /// is never proposed again by that server (the core subject only).
+    pub keep_removals: bool,
 }
 
 /// What a run simulates.
