@@ -46,7 +46,12 @@ impl SimDisk {
 
     /// Opens the storage over what the disk holds now.
     pub fn open(&self, bad: &BadModes) -> Result<DiskStorage, StorageError> {
-        let mut storage = DiskStorage::open_on(
+        let open = if bad.unchecked_open {
+            DiskStorage::open_on_unsafe_unchecked
+        } else {
+            DiskStorage::open_on
+        };
+        let mut storage = open(
             self.files.as_files(),
             LogKind::Files,
             Path::new(RAFT_DIR),

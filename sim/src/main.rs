@@ -63,6 +63,10 @@ struct Args {
     /// KNOWN-BAD storage: sync makes nothing durable.
     #[arg(long)]
     skip_fsync: bool,
+    /// KNOWN-BAD storage: opened without the synced watermark's checks
+    /// (raft subject only).
+    #[arg(long, conflicts_with = "core")]
+    unchecked_open: bool,
     /// KNOWN-BAD storage: the vote is not persisted (raft subject only).
     #[arg(long, conflicts_with = "core")]
     vote_not_persisted: bool,
@@ -118,6 +122,7 @@ fn main() -> ExitCode {
         bad: BadModes {
             skip_fsync: args.skip_fsync,
             vote_not_persisted: args.vote_not_persisted,
+            unchecked_open: args.unchecked_open,
             skip_read_index: args.skip_read_index,
             bounded_dedup: args.bounded_dedup,
             keep_removals: args.keep_removals,

@@ -52,11 +52,22 @@ pub fn key_path(key: usize) -> String {
 /// What a client has in flight.
 #[derive(Debug, Clone)]
 pub enum Op {
-    Read { key: usize },
-    Write { key: usize, value: i64 },
-    Create { key: usize, value: i64 },
+    Read {
+        key: usize,
+    },
+    Write {
+        key: usize,
+        value: i64,
+    },
+    Create {
+        key: usize,
+        value: i64,
+    },
     /// A TTL node, not a register.
-    CreateTtl { n: u64, ttl_ms: u64 },
+    CreateTtl {
+        n: u64,
+        ttl_ms: u64,
+    },
 }
 
 #[derive(Debug)]

@@ -806,7 +806,10 @@ impl World {
     fn calm(&mut self) -> Result<(), Violation> {
         self.calm = true;
         self.net.heal();
-        self.note(0, "calm: no more faults; every link healed, every server up");
+        self.note(
+            0,
+            "calm: no more faults; every link healed, every server up",
+        );
         let now = self.sched.now();
         for node in self.voters.clone() {
             let h = self.host(node);

@@ -41,6 +41,11 @@ pub struct BadModes {
     /// The vote is not persisted: a restarted node may vote again in a
     /// term it already voted in (the raft subject only).
     pub vote_not_persisted: bool,
+    /// The storage opens without the synced watermark's checks: a log
+    /// that lost synced entries, or its term and vote, to a damaged
+    /// journal opens as if whole (the issue-27 defect of a vote lost to a
+    /// damaged journal tail; the raft subject only).
+    pub unchecked_open: bool,
     /// Linearizable reads are served without ReadIndex (the server's
     /// `--unsafe-skip-read-index`; the core subject only).
     pub skip_read_index: bool,
