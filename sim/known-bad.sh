@@ -31,6 +31,7 @@ sim="target/$profile/warden-sim"
 modes=(
   "|--skip-fsync|20000"
   "|--vote-not-persisted|20000"
+  "|--unchecked-open|20000"
   "--core|--skip-read-index|8000"
   "--core|--bounded-dedup|8000"
   "--core|--skip-fsync|8000"
