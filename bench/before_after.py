@@ -82,8 +82,8 @@ def main():
                f"{a.warmup} s warm-up then {a.seconds} s measured per row. "
                f"Load average (1 min) at each cluster's start→end: {load_text}.")
     out.append("")
-    out.append("Cells: throughput, p50 / p99 latency. Median of the rounds (of two rounds: their "
-               "mean), each quantity on its own. Change: after's median throughput against "
+    out.append("Cells: throughput, p50 / p99 latency. Median of the rounds (of an even number: the mean of the middle two), "
+               "each quantity on its own. Change: after's median throughput against "
                "before's. Noise: the larger of the two builds' round-to-round spread of "
                "throughput, (max − min) / median.")
     out.append("")
