@@ -51,7 +51,16 @@ pub struct Faults {
     pub write_fail_per_million: u32,
     /// Syncs (of a file or a directory) that fail.
     pub sync_fail_per_million: u32,
+    /// Whole-file reads that return one bit flipped in the file's last
+    /// [`TAIL_BYTES`]: the sector written last, the one a disk most often
+    /// reads back damaged (and the one a journal's reader is most tempted
+    /// to take for a torn write).
+    pub tail_flip_per_million: u32,
 }
+
+/// How far from a file's end a tail flip lands (see
+/// [`Faults::tail_flip_per_million`]).
+pub const TAIL_BYTES: usize = 64;
 
 /// What a power loss does with what was not durable.
 #[derive(Debug, Clone)]
@@ -251,6 +260,15 @@ impl Disk {
         if !buf.is_empty() && self.draw(self.faults.read_flip_per_million) {
             let bit = self.rng.next_u64() % (buf.len() as u64 * 8);
             buf[(bit / 8) as usize] ^= 1 << (bit % 8);
+        }
+    }
+
+    fn flip_tail_on_read(&mut self, buf: &mut [u8]) {
+        if !buf.is_empty() && self.draw(self.faults.tail_flip_per_million) {
+            let tail = buf.len().min(TAIL_BYTES);
+            let bit = self.rng.next_u64() % (tail as u64 * 8);
+            let at = buf.len() - tail + (bit / 8) as usize;
+            buf[at] ^= 1 << (bit % 8);
         }
     }
 
@@ -523,6 +541,7 @@ impl Files for MemFiles {
         let ino = disk.lookup(path)?;
         let mut bytes = disk.inodes[&ino].current.clone();
         disk.flip_on_read(&mut bytes);
+        disk.flip_tail_on_read(&mut bytes);
         Ok(bytes)
     }
 

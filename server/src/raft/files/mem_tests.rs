@@ -172,6 +172,29 @@ fn injected_faults_fail_writes_and_syncs_and_flip_bits_on_read() {
 }
 
 #[test]
+fn a_tail_flip_lands_in_the_last_bytes_of_a_whole_file_read_only() {
+    let (files, dir) = disk();
+    let path = dir.join("f");
+    durable_file(&files, &path, &[0u8; 1000]);
+    files.set_faults(Faults {
+        tail_flip_per_million: 1_000_000,
+        ..Faults::default()
+    });
+    for _ in 0..50 {
+        let read = files.read(&path).unwrap();
+        let at: Vec<usize> = (0..read.len()).filter(|&i| read[i] != 0).collect();
+        assert_eq!(at.len(), 1, "one byte damaged: {at:?}");
+        assert!(at[0] >= 1000 - TAIL_BYTES, "in the tail: {at:?}");
+        assert_eq!(read[at[0]].count_ones(), 1, "one bit");
+    }
+    let mut buf = [0u8; 1000];
+    files.open_read(&path).unwrap().read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, [0u8; 1000], "reads at an offset are not tail reads");
+    files.set_faults(Faults::default());
+    assert_eq!(files.read(&path).unwrap(), [0u8; 1000], "the disk kept its bytes");
+}
+
+#[test]
 fn a_flipped_bit_on_the_disk_stays_through_a_crash() {
     let (files, dir) = disk();
     let path = dir.join("f");
