@@ -8,6 +8,16 @@
 //! prefix drawn from the disk's own seeded generator, its last write
 //! possibly torn. The node's next incarnation opens the storage again
 //! over what is left, and its checks decide whether it may start.
+//!
+//! A run with disk faults may also read back the last bytes of a whole
+//! file damaged (`Faults::tail_flip_per_million`): the journal's last
+//! record, synced, looking like a torn write. The storage catches that by
+//! its synced watermark, which a killed process leaves current (the OS's
+//! cache keeps its last raise). After a power loss the watermark on disk
+//! may be older than what was synced (raising it is not synced, by
+//! design: `server/src/raft/watermark.rs`), so a damaged tail is a loss
+//! the storage does not claim to see: tail flips are armed by a kill and
+//! disarmed by a power loss, until the next kill.
 
 use std::path::Path;
 
@@ -24,6 +34,10 @@ const SNAP_DIR: &str = "/data/snapshots";
 
 pub struct SimDisk {
     files: MemFiles,
+    /// The faults the run drew for this disk.
+    faults: Faults,
+    /// Whether tail flips are armed (see the module docs).
+    tail_armed: bool,
 }
 
 impl SimDisk {
@@ -31,6 +45,8 @@ impl SimDisk {
     pub fn new(seed: u64) -> Self {
         Self {
             files: MemFiles::new(ChaCha8Rng::seed_from_u64(seed)),
+            faults: Faults::default(),
+            tail_armed: true,
         }
     }
 
@@ -40,7 +56,16 @@ impl SimDisk {
         self.files.as_files()
     }
 
-    pub fn set_faults(&self, faults: Faults) {
+    pub fn set_faults(&mut self, faults: Faults) {
+        self.faults = faults;
+        self.apply_faults();
+    }
+
+    fn apply_faults(&self) {
+        let mut faults = self.faults;
+        if !self.tail_armed {
+            faults.tail_flip_per_million = 0;
+        }
         self.files.set_faults(faults);
     }
 
@@ -70,6 +95,10 @@ impl SimDisk {
     /// written) or the machine lost power (what was not durable is gone,
     /// but for a drawn prefix). What the power loss kept, for the trace.
     pub fn crash(&mut self, power_loss: bool) -> Option<String> {
+        if self.tail_armed == power_loss {
+            self.tail_armed = !power_loss;
+            self.apply_faults();
+        }
         if !power_loss {
             return None;
         }

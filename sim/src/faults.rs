@@ -28,6 +28,10 @@ pub enum Kind {
     /// One process stalls (a long GC, a VM pause): handles nothing, then
     /// everything queued at once.
     Pause,
+    /// Leadership flaps: every cut healed and the leader cut off from
+    /// every other node, both ways; then, a few times, after a while
+    /// shorter than a TTL or two, the same for whoever leads then.
+    Flap,
     /// The network drops a fraction of messages (drawn for the run).
     Drop,
     /// The network duplicates a fraction of messages.
@@ -39,7 +43,7 @@ pub enum Kind {
     Disk,
 }
 
-pub const ALL: [Kind; 11] = [
+pub const ALL: [Kind; 12] = [
     Kind::Crash,
     Kind::PowerLoss,
     Kind::Partition,
@@ -47,6 +51,7 @@ pub const ALL: [Kind; 11] = [
     Kind::Heal,
     Kind::Clock,
     Kind::Pause,
+    Kind::Flap,
     Kind::Drop,
     Kind::Duplicate,
     Kind::Reorder,
@@ -63,6 +68,7 @@ impl Kind {
             Kind::Heal => "heal",
             Kind::Clock => "clock",
             Kind::Pause => "pause",
+            Kind::Flap => "flap",
             Kind::Drop => "drop",
             Kind::Duplicate => "duplicate",
             Kind::Reorder => "reorder",
@@ -77,7 +83,7 @@ impl Kind {
         match self {
             Kind::Crash | Kind::Heal => 3,
             Kind::Partition | Kind::OneWay => 2,
-            Kind::PowerLoss | Kind::Clock | Kind::Pause => 1,
+            Kind::PowerLoss | Kind::Clock | Kind::Pause | Kind::Flap => 1,
             Kind::Drop | Kind::Duplicate | Kind::Reorder | Kind::Disk => 0,
         }
     }
@@ -192,6 +198,33 @@ pub fn cuts_between(side: &[bool]) -> Vec<(u64, u64)> {
         }
     }
     cuts
+}
+
+/// A disk's fault rates for a run with disk faults: rare flipped reads,
+/// failed writes and syncs anywhere, and flips in the tail of a whole-file
+/// read up to one in ten (what a storage opening its journal meets after
+/// a crash: the last sector written read back damaged).
+pub fn draw_disk_faults(rng: &mut crate::rng::SimRng) -> warden_server::raft::files::Faults {
+    warden_server::raft::files::Faults {
+        read_flip_per_million: rng.between(0, 200) as u32,
+        write_fail_per_million: rng.between(0, 200) as u32,
+        sync_fail_per_million: rng.between(0, 200) as u32,
+        tail_flip_per_million: rng.between(0, 100_000) as u32,
+    }
+}
+
+/// How many leaders in a row a flap cuts off, and the wait before the
+/// next (milliseconds).
+pub const FLAP_LEADERS: (u64, u64) = (2, 4);
+pub const FLAP_WAIT_MS: (u64, u64) = (300, 1_500);
+
+/// The one-way cuts that cut `node` off from every other of `nodes`.
+pub fn isolate(node: u64, nodes: &[u64]) -> Vec<(u64, u64)> {
+    nodes
+        .iter()
+        .filter(|&&n| n != node)
+        .flat_map(|&n| [(node, n), (n, node)])
+        .collect()
 }
 
 /// The two sides of a partition, by node name, for the trace.

@@ -31,6 +31,7 @@ pub mod faults;
 pub mod invariants;
 pub mod member;
 pub mod net;
+pub mod proof;
 pub mod rng;
 pub mod scheduler;
 pub mod time;

@@ -35,7 +35,7 @@ struct Args {
     clients: usize,
     /// The faults a run may draw: `all`, `none`, or names separated by
     /// commas: crash, power-loss, partition, one-way, heal, clock, pause,
-    /// drop, duplicate, reorder.
+    /// flap, drop, duplicate, reorder, disk.
     #[arg(long, default_value = "all")]
     faults: String,
     /// Mean simulated time between faults, in milliseconds.

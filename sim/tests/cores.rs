@@ -4,12 +4,15 @@
 //! catching seed passing without the mode (so it is the mode that broke
 //! it, not the simulator or its clients).
 
-use warden_sim::invariants::{CRASH_RECOVERABLE, RAFT_ASSERTION};
+use warden_sim::proof::{caught_within, Counts};
 use warden_sim::{run, BadModes, SimConfig, Subject};
 
 /// Seeds 0.. of this many, 8 simulated seconds each (about 0.4 s a seed
 /// in a debug build); each test stops at its first caught seed.
 const BUDGET_SEEDS: u64 = 30;
+/// The TTL removal defect needs a removal lost in one leadership and its
+/// proposer leading again to the end: rarer.
+const KEEP_REMOVALS_BUDGET: u64 = 150;
 
 fn config(bad: BadModes) -> SimConfig {
     SimConfig {
@@ -71,28 +74,11 @@ fn the_core_regression_seeds_pass() {
     }
 }
 
-fn caught_within_budget(bad: BadModes, count_raft_assertions: bool) {
-    let cfg = config(bad.clone());
-    let caught = (0..BUDGET_SEEDS).find_map(|seed| {
-        let outcome = run(seed, &cfg);
-        outcome
-            .violation
-            .filter(|v| {
-                count_raft_assertions
-                    || (v.invariant != RAFT_ASSERTION && v.invariant != CRASH_RECOVERABLE)
-            })
-            .map(|v| (seed, v))
-    });
-    let Some((seed, violation)) = caught else {
-        panic!("{bad:?} went uncaught in seeds 0..{BUDGET_SEEDS}");
-    };
-    eprintln!("{bad:?}: caught at seed {seed}: {violation}");
-    let real = run(seed, &config(BadModes::default()));
-    assert!(
-        real.violation.is_none(),
-        "seed {seed} fails without {bad:?} too: {:?}",
-        real.violation
-    );
+fn caught_within_budget(bad: BadModes, budget: u64) {
+    match caught_within(&config(bad), budget, Counts::OwnChecks) {
+        Ok((seed, violation)) => eprintln!("caught at seed {seed}: {violation}"),
+        Err(e) => panic!("{e}"),
+    }
 }
 
 /// Reads served without ReadIndex may be stale: the clients' histories
@@ -104,7 +90,7 @@ fn reads_without_read_index_are_caught_by_the_linearizability_checker() {
             skip_read_index: true,
             ..BadModes::default()
         },
-        false,
+        BUDGET_SEEDS,
     );
 }
 
@@ -119,7 +105,7 @@ fn a_dedup_bounded_by_the_answer_cache_is_caught_as_a_doubled_write() {
             bounded_dedup: true,
             ..BadModes::default()
         },
-        false,
+        BUDGET_SEEDS,
     );
 }
 
@@ -133,6 +119,24 @@ fn skipping_the_fsync_is_caught_in_whole_cores() {
             skip_fsync: true,
             ..BadModes::default()
         },
-        false,
+        BUDGET_SEEDS,
+    );
+}
+
+/// TTL removals in flight kept across a role change (the defect before
+/// issue 27's fix: a removal lost with a leadership is never proposed
+/// again by the server that proposed it, if it leads again before the
+/// others removed the node): caught as a TTL node left at the calm end,
+/// under leadership flaps. It takes more seeds than the others (the
+/// first at seed 88 of the current draws; 3 in 400): the budget here is
+/// CI's, `sim/known-bad.sh` states the by-hand one.
+#[test]
+fn removals_kept_across_roles_are_caught_as_a_ttl_node_never_removed() {
+    caught_within_budget(
+        BadModes {
+            keep_removals: true,
+            ..BadModes::default()
+        },
+        KEEP_REMOVALS_BUDGET,
     );
 }

@@ -3,8 +3,11 @@
 //! server's wall clock only: the core keeps its deadlines and its ticks by
 //! the monotonic clock, which drifts but never jumps.
 
-use super::World;
+use raft::StateRole;
+
+use super::{Event, World};
 use crate::faults::{self, Kind};
+use crate::time::US_PER_MS;
 
 impl World {
     fn random_node(&mut self) -> u64 {
@@ -71,7 +74,51 @@ impl World {
                 self.host(node).paused_until = until;
                 self.note(node, format!("fault: stalls {ms}ms"));
             }
+            Kind::Flap => {
+                let leaders = self
+                    .rng
+                    .between(faults::FLAP_LEADERS.0, faults::FLAP_LEADERS.1);
+                self.flap(leaders);
+            }
             Kind::Drop | Kind::Duplicate | Kind::Reorder | Kind::Disk => {}
+        }
+    }
+
+    /// Every cut healed, and the leader (the running one of the highest
+    /// term) cut off from every other server; the next of the `left`
+    /// leaders after a while. Not in the calm end.
+    pub(super) fn flap(&mut self, left: u64) {
+        if self.calm || left == 0 {
+            return;
+        }
+        self.net.heal();
+        let leader = self
+            .voters
+            .iter()
+            .filter(|&&n| self.hosts[(n - 1) as usize].is_up())
+            .filter_map(|&n| match self.roles.get(&n) {
+                Some(&(StateRole::Leader, term)) => Some((term, n)),
+                _ => None,
+            })
+            .max();
+        match leader {
+            Some((term, node)) => {
+                for (a, b) in faults::isolate(node, &self.voters) {
+                    self.net.cut(a, b);
+                }
+                self.note(
+                    0,
+                    format!("fault: flap: every link healed, leader n{node} (term {term}) cut off"),
+                );
+            }
+            None => self.note(0, "fault: flap: every link healed, no leader to cut off"),
+        }
+        if left > 1 {
+            let wait = self
+                .rng
+                .between(faults::FLAP_WAIT_MS.0, faults::FLAP_WAIT_MS.1);
+            self.sched
+                .after_us(wait * US_PER_MS, Event::Flap { left: left - 1 });
         }
     }
 }

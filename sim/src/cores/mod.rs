@@ -16,16 +16,18 @@
 //!
 //! [`Core::end_turn`]: warden_server::core::Core::end_turn
 
+mod checks;
 mod clients;
 mod faults;
 mod host;
+mod links;
 mod queue;
+mod registers;
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use raft::StateRole;
-use warden_jepsen::linearizable::{self, Verdict};
 use warden_protocol::pb;
 use warden_server::core::CoreMsg;
 use warden_server::proto::{peer_frame, PeerFrame};
@@ -41,7 +43,8 @@ use crate::scheduler::Scheduler;
 use crate::time::{SimTime, US_PER_MS};
 use crate::trace::Trace;
 use crate::world::{Outcome, SimConfig, Stats};
-use clients::{Conn, RegClient};
+use checks::STATE_CHECK_EVERY;
+use clients::RegClient;
 use host::{Host, HostFlags};
 use queue::QueueClient;
 
@@ -55,21 +58,11 @@ pub const TTL_REMOVED: &str = "every expired TTL node removed";
 pub const EXACTLY_ONCE: &str =
     "every acknowledged write applied exactly once, any other at most once";
 
-/// Client links are not faulted: a message or answer takes this long.
-const CLIENT_DELAY_MIN_US: u64 = 100;
-const CLIENT_DELAY_MAX_US: u64 = 1_000;
-/// Between an answer and the next operation.
-const THINK_MAX_MS: u64 = 30;
 /// The share of a run, at its end, without new faults (at most
 /// [`CALM_MAX_MS`]): every link healed, every server started, so what
 /// must happen eventually (a TTL node's removal) has happened by the end.
 const CALM_SHARE_PCT: u64 = 40;
 const CALM_MAX_MS: u64 = 5_000;
-/// One client operation in this many creates a TTL node (before the calm).
-const TTL_ONE_IN: usize = 8;
-/// After a lost session, before the next.
-const BACKOFF_MIN_MS: u64 = 20;
-const BACKOFF_MAX_MS: u64 = 200;
 
 enum Event {
     Tick {
@@ -92,6 +85,10 @@ enum Event {
         node: u64,
     },
     Fault,
+    /// A flap's next leader is cut off (see `World::flap`).
+    Flap {
+        left: u64,
+    },
     /// A client starts its next operation (or session) if it is idle.
     ClientSend {
         client: u64,
@@ -213,20 +210,6 @@ fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "a panic without a message".into())
 }
 
-/// A digest that is the same in every run (std's SipHash with its fixed
-/// keys: no per-process seed).
-fn digest(bytes: &[u8]) -> u64 {
-    use std::hash::{DefaultHasher, Hasher};
-    let mut h = DefaultHasher::new();
-    h.write(bytes);
-    h.finish()
-}
-
-/// Replica states are compared at applied indices that are multiples of
-/// this (encoding a state costs as much as a snapshot: not at every
-/// turn), and at the end of the run.
-const STATE_CHECK_EVERY: u64 = 8;
-
 /// A peer frame, for the trace.
 fn describe(frame: &PeerFrame) -> String {
     match &frame.kind {
@@ -310,13 +293,9 @@ impl World {
             } else {
                 0
             };
-            let disk = crate::disk::SimDisk::new(rng.fork());
+            let mut disk = crate::disk::SimDisk::new(rng.fork());
             if cfg.faults.has(Kind::Disk) {
-                let faults = Faults {
-                    read_flip_per_million: rng.between(0, 200) as u32,
-                    write_fail_per_million: rng.between(0, 200) as u32,
-                    sync_fail_per_million: rng.between(0, 200) as u32,
-                };
+                let faults = crate::faults::draw_disk_faults(&mut rng);
                 trace.push(SimTime::default(), id, format!("disk faults {faults:?}"));
                 disk.set_faults(faults);
             }
@@ -361,10 +340,6 @@ impl World {
 
     fn host(&mut self, id: u64) -> &mut Host {
         &mut self.hosts[(id - 1) as usize]
-    }
-
-    fn client(&mut self, id: u64) -> &mut RegClient {
-        &mut self.clients[(id - 1) as usize]
     }
 
     fn note(&mut self, node: u64, text: impl AsRef<str>) {
@@ -459,6 +434,10 @@ impl World {
                 self.fault();
                 let wait = self.rng.exponential(self.cfg.fault_mean_ms * US_PER_MS);
                 self.sched.after_us(wait, Event::Fault);
+                Ok(())
+            }
+            Event::Flap { left } => {
+                self.flap(left);
                 Ok(())
             }
             Event::ClientSend { client } => {
@@ -708,30 +687,6 @@ impl World {
         Ok(())
     }
 
-    /// Every replica's state at `applied` must be the same.
-    fn replica_state(&mut self, node: u64, applied: u64) -> Result<(), Violation> {
-        let Some(core) = self.host(node).core.as_ref() else {
-            return Ok(());
-        };
-        let d = digest(&core.encoded_state());
-        match self.states.get(&applied) {
-            Some(&(seen, by)) if seen != d => {
-                self.note(node, format!("state at {applied} differs from n{by}'s"));
-                Err(Violation {
-                    invariant: REPLICAS_EQUAL,
-                    detail: format!(
-                        "n{node} and n{by} applied up to {applied} and hold different states"
-                    ),
-                })
-            }
-            Some(_) => Ok(()),
-            None => {
-                self.states.insert(applied, (d, node));
-                Ok(())
-            }
-        }
-    }
-
     fn deliver(&mut self, to: u64, frame: PeerFrame) -> Result<(), Violation> {
         let from = frame.from;
         let text = describe(&frame);
@@ -821,313 +776,4 @@ impl World {
         }
         Ok(())
     }
-
-    /// At the end: no TTL node is left in the most advanced replica's
-    /// tree (every one was created before the calm began, with a TTL far
-    /// shorter than the calm, and nobody wrote it again).
-    fn check_ttl(&mut self) -> Result<(), Violation> {
-        let best = self
-            .hosts
-            .iter()
-            .filter_map(|h| h.core.as_ref().map(|c| (c.applied_index(), h.id)))
-            .max();
-        let Some((applied, node)) = best else {
-            return Ok(());
-        };
-        let state = self.host(node).core.as_ref().expect("up").encoded_state();
-        let snapshot = <warden_server::proto::Snapshot as prost::Message>::decode(&state[..])
-            .map_err(|e| Violation {
-                invariant: TTL_REMOVED,
-                detail: format!("n{node}'s state does not decode: {e}"),
-            })?;
-        let left: Vec<&str> = snapshot
-            .nodes
-            .iter()
-            .map(|n| n.path.as_str())
-            .filter(|p| p.starts_with(clients::TTL_PREFIX))
-            .collect();
-        if left.is_empty() {
-            self.note(0, format!("TTL nodes: none left on n{node} at {applied}"));
-            return Ok(());
-        }
-        self.note(node, format!("TTL nodes left at {applied}: {left:?}"));
-        Err(Violation {
-            invariant: TTL_REMOVED,
-            detail: format!(
-                "{} TTL node(s) expired before the calm end and still in n{node}'s tree at {applied}: {}",
-                left.len(),
-                left.iter().take(5).copied().collect::<Vec<_>>().join(", ")
-            ),
-        })
-    }
-
-    /// The linearizability checker over every register's history.
-    fn check_histories(&mut self) -> Result<(), Violation> {
-        // What is still unanswered at the end may yet take effect.
-        for c in 0..self.clients.len() {
-            if let Some(text) = self.clients[c].given_up() {
-                let client = self.clients[c].id;
-                self.note(0, format!("c{client} {text} at the end"));
-            }
-        }
-        let mut by_key: BTreeMap<usize, Vec<linearizable::Operation>> = BTreeMap::new();
-        for c in &self.clients {
-            for (key, ops) in &c.history {
-                by_key.entry(*key).or_default().extend(ops.iter().cloned());
-            }
-        }
-        for (key, mut ops) in by_key {
-            ops.sort_by_key(|o| (o.invoke, o.process));
-            let path = clients::key_path(key);
-            match linearizable::check(&ops, None) {
-                Verdict::Linearizable => {
-                    self.note(0, format!("{path}: {} operations, linearizable", ops.len()))
-                }
-                Verdict::Unknown { explored } => self.note(
-                    0,
-                    format!("{path}: {} operations, the checker gave up after {explored} configurations", ops.len()),
-                ),
-                Verdict::NotLinearizable { stuck } => {
-                    let shown: Vec<String> = stuck
-                        .iter()
-                        .take(5)
-                        .map(|o| {
-                            format!(
-                                "c{} {:?} {}..{}",
-                                o.process,
-                                o.op,
-                                SimTime(o.invoke).ms(),
-                                o.complete.map_or("?".into(), |t| SimTime(t).ms())
-                            )
-                        })
-                        .collect();
-                    self.note(0, format!("{path}: NOT linearizable; stuck at {shown:?}"));
-                    return Err(Violation {
-                        invariant: LINEARIZABLE,
-                        detail: format!(
-                            "{path}: {} operations have no linearization; the first it could not place: {}",
-                            ops.len(),
-                            shown.join("; ")
-                        ),
-                    });
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn client_delay(&mut self) -> u64 {
-        self.rng.between(CLIENT_DELAY_MIN_US, CLIENT_DELAY_MAX_US)
-    }
-
-    /// When a message on `conn` (toward the server if `to_server`) sent
-    /// now arrives: after a drawn delay, and never before the one sent
-    /// before it on the same connection.
-    fn link_at(&mut self, conn: ConnId, to_server: bool) -> SimTime {
-        let delay = self.client_delay();
-        let at = self.sched.now().plus_us(delay);
-        let last = self.links.entry((conn, to_server)).or_default();
-        let at = at.max(*last);
-        *last = at;
-        at
-    }
-
-    /// Answers and closings a host's core queued for its clients travel to
-    /// them.
-    fn answer_clients(&mut self, node: u64) {
-        for c in 0..self.clients.len() {
-            let client = self.clients[c].id;
-            let Some((conn, frames, closed)) = drain(self.clients[c].conn.as_mut(), node) else {
-                continue;
-            };
-            for frame in frames {
-                let at = self.link_at(conn, false);
-                let frame = Box::new(frame);
-                self.sched.at(
-                    at,
-                    Event::ToClient {
-                        client,
-                        conn,
-                        frame,
-                    },
-                );
-            }
-            if closed {
-                let at = self.link_at(conn, false);
-                self.sched.at(at, Event::ConnLost { client, conn });
-            }
-        }
-        for q in 0..self.queues.len() {
-            let Some((conn, frames, closed)) = drain(self.queues[q].conn.as_mut(), node) else {
-                continue;
-            };
-            for frame in frames {
-                let at = self.link_at(conn, false);
-                let frame = Box::new(frame);
-                self.sched.at(at, Event::QueueFrame { q, conn, frame });
-            }
-            if closed {
-                let at = self.link_at(conn, false);
-                self.sched.at(at, Event::QueueLost { q, conn });
-            }
-        }
-    }
-
-    fn client_send(&mut self, client: u64) {
-        let now = self.sched.now();
-        let c = self.client(client);
-        if c.pending.is_some() || c.conn.as_ref().is_some_and(|k| k.session.is_none()) {
-            return;
-        }
-        c.attempt += 1;
-        let attempt = c.attempt;
-        let (node, msg, text) = match &c.conn {
-            None => {
-                let node = c.target;
-                let incarnation = self.hosts[(node - 1) as usize].incarnation;
-                let c = self.client(client);
-                let msg = c.open(node, incarnation);
-                (node, msg, "opens a session".to_string())
-            }
-            Some(conn) => {
-                let (node, id) = (conn.host, conn.id);
-                let ttl = !self.calm && self.rng.below(TTL_ONE_IN) == 0;
-                let key = self.rng.below(clients::KEYS);
-                let read = self.rng.coin();
-                let ttl_ms = self.rng.between(clients::TTL_MIN_MS, clients::TTL_MAX_MS);
-                let c = self.client(client);
-                let request = if ttl {
-                    c.create_ttl(ttl_ms, now)
-                } else {
-                    c.next_op(key, read, now)
-                };
-                let text = format!("sends {:?}", c.pending.as_ref().map(|p| &p.op));
-                (node, CoreMsg::Request { conn: id, request }, text)
-            }
-        };
-        let (conn, incarnation) = self
-            .client(client)
-            .conn
-            .as_ref()
-            .map_or((0, 0), |k| (k.id, k.incarnation));
-        self.note(0, format!("c{client} {text} to n{node}"));
-        let at = self.link_at(conn, true);
-        self.sched.at(
-            at,
-            Event::ToHost {
-                node,
-                incarnation,
-                msg: Box::new(msg),
-            },
-        );
-        self.sched.after_us(
-            clients::OP_TIMEOUT_MS * US_PER_MS,
-            Event::ClientTimeout { client, attempt },
-        );
-    }
-
-    fn client_frame(&mut self, client: u64, conn: ConnId, frame: pb::ServerFrame) {
-        let now = self.sched.now();
-        if self.client(client).conn.as_ref().map(|k| k.id) != Some(conn) {
-            return;
-        }
-        match frame.kind {
-            Some(pb::server_frame::Kind::Connect(r)) => {
-                let code = pb::ErrorCode::try_from(r.error).unwrap_or(pb::ErrorCode::SystemError);
-                if code != pb::ErrorCode::Ok {
-                    self.conn_lost(
-                        client,
-                        conn,
-                        &format!("handshake refused: {code:?} {}", r.message),
-                    );
-                    return;
-                }
-                let c = self.client(client);
-                if let Some(k) = c.conn.as_mut() {
-                    k.session = Some(r.session_id);
-                }
-                c.attempt += 1;
-                self.note(
-                    0,
-                    format!("c{client} session {:#x} on n{}", r.session_id, r.server_id),
-                );
-                self.think(client);
-            }
-            Some(pb::server_frame::Kind::Response(r)) => {
-                let c = self.client(client);
-                if let Some(text) = c.answered(&r, now) {
-                    c.attempt += 1;
-                    self.note(0, format!("c{client} {text}"));
-                    self.think(client);
-                }
-            }
-            Some(pb::server_frame::Kind::SessionEvent(e)) => {
-                self.note(0, format!("c{client} session event {e:?}"));
-            }
-            Some(pb::server_frame::Kind::WatchEvent(_)) | None => {}
-        }
-    }
-
-    fn think(&mut self, client: u64) {
-        let wait = self.rng.between(0, THINK_MAX_MS * US_PER_MS);
-        self.sched.after_us(wait, Event::ClientSend { client });
-    }
-
-    fn conn_lost_after_timeout(&mut self, client: u64) {
-        let Some(conn) = self.client(client).conn.as_ref().map(|k| k.id) else {
-            // Timed out before a connection was made: try again.
-            self.think(client);
-            return;
-        };
-        // The client closes the connection it gave up on.
-        let (node, incarnation) = {
-            let k = self.client(client).conn.as_ref().expect("checked");
-            (k.host, k.incarnation)
-        };
-        let at = self.link_at(conn, true);
-        self.sched.at(
-            at,
-            Event::ToHost {
-                node,
-                incarnation,
-                msg: Box::new(CoreMsg::Closed { conn }),
-            },
-        );
-        self.conn_lost(client, conn, "timed out");
-    }
-
-    /// The client's connection is gone: what it waited for is given up,
-    /// and it opens a session on another server after a while.
-    fn conn_lost(&mut self, client: u64, conn: ConnId, why: &str) {
-        if self.client(client).conn.as_ref().map(|k| k.id) != Some(conn) {
-            return;
-        }
-        let n = self.voters.len() as u64;
-        let target = 1 + self.rng.below(n as usize) as u64;
-        let c = self.client(client);
-        c.conn = None;
-        c.attempt += 1;
-        c.target = target;
-        let given_up = c.given_up();
-        self.note(
-            0,
-            format!("c{client} lost its connection ({why}); next on n{target}"),
-        );
-        if let Some(text) = given_up {
-            self.note(0, format!("c{client} {text}"));
-        }
-        let wait = self.rng.between(BACKOFF_MIN_MS, BACKOFF_MAX_MS) * US_PER_MS;
-        self.sched.after_us(wait, Event::ClientSend { client });
-    }
-}
-
-/// What a client's connection to `node` has received (its id, the frames,
-/// whether the server closed it); `None` if it is not on `node`.
-fn drain(conn: Option<&mut Conn>, node: u64) -> Option<(ConnId, Vec<pb::ServerFrame>, bool)> {
-    let conn = conn.filter(|c| c.host == node)?;
-    let mut frames = Vec::new();
-    while let Some(frame) = conn.rx.try_recv() {
-        frames.push(frame);
-    }
-    Some((conn.id, frames, conn.closed.is_cancelled()))
 }

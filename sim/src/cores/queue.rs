@@ -308,9 +308,10 @@ impl super::World {
             0,
             format!("q{id} lost its connection ({why}), {lost} creates in flight now unknown; next on n{target}"),
         );
-        let wait = self
-            .rng
-            .between(super::BACKOFF_MIN_MS, super::BACKOFF_MAX_MS);
+        let wait = self.rng.between(
+            super::registers::BACKOFF_MIN_MS,
+            super::registers::BACKOFF_MAX_MS,
+        );
         self.sched
             .after_us(wait * crate::time::US_PER_MS, super::Event::QueueSend { q });
     }

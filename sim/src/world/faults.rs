@@ -5,6 +5,7 @@ use super::{Event, World};
 use crate::faults::Kind;
 use crate::invariants::Violation;
 use crate::time::US_PER_MS;
+use raft::StateRole;
 
 impl World {
     /// The node's process dies; with `power_loss`, its machine loses power
@@ -49,6 +50,16 @@ impl World {
         let kind = kinds[self.rng.below(kinds.len())];
         self.stats.faults += 1;
         match kind {
+            Kind::Crash if self.rng.below(4) == 0 => {
+                // A crash point: the next node to grant a vote is killed
+                // right after it sent the grant (`World::after_ready`), the
+                // moment a journal's last record is that vote.
+                self.kill_after_vote = true;
+                self.note(
+                    0,
+                    "fault: the next node to grant a vote is killed right after",
+                );
+            }
             Kind::Crash => {
                 // The process killed, or its machine's power lost.
                 let node = self.random_node();
@@ -112,8 +123,52 @@ impl World {
                 self.member(node).paused_until = until;
                 self.note(node, format!("fault: stalls {ms}ms"));
             }
+            Kind::Flap => {
+                let leaders = self
+                    .rng
+                    .between(crate::faults::FLAP_LEADERS.0, crate::faults::FLAP_LEADERS.1);
+                self.flap(leaders);
+            }
             Kind::Drop | Kind::Duplicate | Kind::Reorder | Kind::Disk => {}
         }
         Ok(())
+    }
+
+    /// Every cut healed, and the leader (the running one of the highest
+    /// term) cut off from every other node; the next of the `left`
+    /// leaders after a while.
+    pub(super) fn flap(&mut self, left: u64) {
+        if left == 0 {
+            return;
+        }
+        self.net.heal();
+        let leader = self
+            .voters
+            .iter()
+            .filter_map(|&n| {
+                let m = &self.members[(n - 1) as usize];
+                let raft = m.raft.as_ref()?;
+                (m.role == StateRole::Leader).then(|| (raft.term(), n))
+            })
+            .max();
+        match leader {
+            Some((term, node)) => {
+                for (a, b) in crate::faults::isolate(node, &self.voters) {
+                    self.net.cut(a, b);
+                }
+                self.note(
+                    0,
+                    format!("fault: flap: every link healed, leader n{node} (term {term}) cut off"),
+                );
+            }
+            None => self.note(0, "fault: flap: every link healed, no leader to cut off"),
+        }
+        if left > 1 {
+            let wait = self
+                .rng
+                .between(crate::faults::FLAP_WAIT_MS.0, crate::faults::FLAP_WAIT_MS.1);
+            self.sched
+                .after_us(wait * US_PER_MS, Event::Flap { left: left - 1 });
+        }
     }
 }

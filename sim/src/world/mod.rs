@@ -18,7 +18,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use raft::eraftpb::Message;
 use raft::{StateRole, Storage as _};
-use warden_server::raft::files::Faults;
 use warden_server::raft::node::RaftTiming;
 
 use crate::client::{self, Answer, Client};
@@ -149,6 +148,10 @@ enum Event {
         node: u64,
     },
     Fault,
+    /// A flap's next leader is cut off (see `World::flap`).
+    Flap {
+        left: u64,
+    },
     Request {
         client: u64,
         node: u64,
@@ -193,6 +196,9 @@ struct World {
     trace: Trace,
     inv: Invariants,
     stats: Stats,
+    /// A crash fault waits for the next node to grant a vote, and kills
+    /// it right after (see `World::fault`).
+    kill_after_vote: bool,
 }
 
 /// Runs one seed to its end or its first violation.
@@ -270,13 +276,9 @@ impl World {
             } else {
                 0
             };
-            let disk = SimDisk::new(rng.fork());
+            let mut disk = SimDisk::new(rng.fork());
             if cfg.faults.has(Kind::Disk) {
-                let faults = Faults {
-                    read_flip_per_million: rng.between(0, 200) as u32,
-                    write_fail_per_million: rng.between(0, 200) as u32,
-                    sync_fail_per_million: rng.between(0, 200) as u32,
-                };
+                let faults = crate::faults::draw_disk_faults(&mut rng);
                 trace.push(SimTime::default(), id, format!("disk faults {faults:?}"));
                 disk.set_faults(faults);
             }
@@ -302,6 +304,7 @@ impl World {
                 nodes,
                 ..Stats::default()
             },
+            kill_after_vote: false,
         })
     }
 
@@ -383,6 +386,10 @@ impl World {
                 self.fault()?;
                 let wait = self.rng.exponential(self.cfg.fault_mean_ms * US_PER_MS);
                 self.sched.after_us(wait, Event::Fault);
+                Ok(())
+            }
+            Event::Flap { left } => {
+                self.flap(left);
                 Ok(())
             }
             Event::Send { client } => {
@@ -601,6 +608,18 @@ impl World {
                 self.inv.leader_holds_acked(node, term, log)?;
             }
         }
+        // The vote as persisted, a candidate's for itself included.
+        let (term, vote) = {
+            let raft = self.member(node).raft.as_ref().expect("up");
+            let hs = raft.storage().hard_state();
+            (hs.term, hs.vote)
+        };
+        if vote != 0 {
+            self.inv.voted(node, term, vote)?;
+        }
+        let granted = out.messages.iter().any(|m| {
+            m.get_msg_type() == raft::eraftpb::MessageType::MsgRequestVoteResponse && !m.reject
+        });
         for e in out.applied {
             self.apply(node, e)?;
         }
@@ -645,6 +664,12 @@ impl World {
                     }
                 }
             }
+        }
+        if granted && self.kill_after_vote {
+            self.kill_after_vote = false;
+            self.note(0, format!("fault: kill n{node}, right after its vote"));
+            self.crash(node, false);
+            self.schedule_restart(node);
         }
         Ok(())
     }
