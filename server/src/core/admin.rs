@@ -265,7 +265,7 @@ impl Core {
             self.m.clients.reset_conn_figures();
         }
         let stats = self.stats();
-        let leader = self.m.role == raft::StateRole::Leader;
+        let leader = self.m.role.is_leader();
         let (mut learners, mut synced_followers, mut synced_non_voting) = (0, 0, 0);
         if leader {
             for m in self.cluster_status().members {

@@ -13,7 +13,7 @@ use raft::eraftpb::{
     ConfChange, ConfChangeType, ConfState, Entry, Message as RaftMessage, MessageType,
     Snapshot as RaftSnapshot,
 };
-use raft::{ReadState, SoftState, StateRole};
+use raft::{ReadState, SoftState};
 use tracing::{debug, error, info, warn};
 use warden_protocol::pb::{self, ErrorCode};
 
@@ -42,7 +42,7 @@ impl Machine {
         self.tree.apply(index, 0, &txn);
         if removed {
             self.net.remove_peer(id);
-            self.peer_status.remove(&id);
+            self.peers.forget(id);
         } else {
             let addr = self
                 .tree
@@ -55,7 +55,7 @@ impl Machine {
             }
             // A snapshot that includes the new member is taken at once, so
             // it can be initialized from it.
-            self.snapshot_wanted = true;
+            self.schedule.member_added();
         }
     }
 
@@ -146,7 +146,7 @@ impl ReadyHandler for Machine {
                 kind: Some(peer_frame::Kind::Raft(bytes)),
             };
             if m.get_msg_type() == MessageType::MsgHeartbeat {
-                self.heartbeats_sent.entry(to).or_insert(self.clock.now());
+                self.peers.heartbeat_sent(to, self.clock.now());
             }
             if m.get_msg_type() == MessageType::MsgPropose {
                 // Raft never sends a forward again: held, not dropped.
@@ -164,7 +164,7 @@ impl ReadyHandler for Machine {
 
     fn apply(&mut self, entry: &Entry) -> Result<(), String> {
         let zxid = entry.index;
-        self.applied_bytes += entry.data.len() as u64;
+        self.schedule.applied(entry.data.len() as u64);
         if entry.data.is_empty() {
             self.tree.skip(zxid);
             return Ok(());
@@ -304,7 +304,7 @@ impl ReadyHandler for Machine {
         };
         self.op_metrics.snapshot_installs.inc();
         // Bytes applied since the latest snapshot: this one.
-        self.applied_bytes = 0;
+        self.schedule.installed();
         let old = std::mem::replace(&mut self.tree, tree);
         self.locks.rebuild(&self.tree);
         self.clients.after_snapshot(&old, &self.tree);
@@ -391,32 +391,30 @@ impl ReadyHandler for Machine {
     }
 
     fn role_changed(&mut self, ss: &SoftState) {
-        let was_leader = self.role == StateRole::Leader;
-        self.role = ss.raft_state;
-        if ss.leader_id != 0 && ss.leader_id != self.leader_id {
+        let change = self.role.update(ss.raft_state, ss.leader_id);
+        let was_leader = change.was_leader;
+        if change.new_leader {
             self.forwards.clear();
-            self.leader_changed = true;
-            self.leader_changes += 1;
         }
-        self.leader_id = ss.leader_id;
         info!(role = ?ss.raft_state, leader = ss.leader_id, "raft role changed");
+        let leader = self.role.is_leader();
         // Leader-only memory (see `super::leading`) goes at every role
         // change: a new leader builds it again from the tree, so whatever
         // died with an earlier leadership of this server is proposed again.
-        if self.role != StateRole::Leader || !was_leader {
+        if !leader || !was_leader {
             self.leading.role_changed();
         }
-        if self.role != StateRole::Leader {
-            self.heartbeats_sent.clear();
+        if !leader {
+            self.peers.stopped_leading();
         }
-        if self.role == StateRole::Leader && !was_leader {
+        if leader && !was_leader {
             let sessions: Vec<(u64, Duration)> = self
                 .tree
                 .sessions()
                 .map(|(id, s)| (id, Duration::from_millis(u64::from(s.timeout_ms))))
                 .collect();
             self.sessions.promote(sessions, self.clock.now());
-        } else if self.role != StateRole::Leader {
+        } else if !leader {
             self.sessions.demote();
         }
         self.read_only_role_changed(self.clock.now());

@@ -17,7 +17,7 @@
 //!   ([`crate::session::Sessions`]: `promote` re-arms every session of the
 //!   table, `demote` forgets them), handled next to this in
 //!   `Machine::role_changed`;
-//! - heartbeat round trips to each peer (`heartbeats_sent`), cleared when
+//! - heartbeat round trips to each peer (`super::peer_view`), cleared when
 //!   this server stops leading.
 //!
 //! What a server remembers of its clients' proposals is no leader's

@@ -58,16 +58,18 @@ mod inputs;
 mod installs;
 mod leading;
 mod net;
+mod peer_view;
 mod peers;
 mod proposals;
 mod quorum;
 pub(crate) mod read_only;
 mod reconfig;
 mod requests;
+mod role;
+mod snapshot_schedule;
 pub(crate) mod snapshots;
 mod status;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -272,35 +274,20 @@ struct Machine {
     proposals: Proposals,
     /// Leader-only memory: TTL deadlines and removals in flight.
     leading: leading::Leading,
-    role: StateRole,
-    leader_id: u64,
+    /// Who leads, as raft last said.
+    role: role::RoleView,
     /// The links to the other members.
     net: Box<dyn Net>,
-    /// Latest status each peer sent us, and when.
-    peer_status: HashMap<u64, (proto::NodeStatus, Instant)>,
+    /// What each peer last said, and heartbeat round trips.
+    peers: peer_view::PeerView,
     /// The client address clients use for this server (for status).
     client_addr: String,
-    /// Set when a new leader became known; the core then re-proposes.
-    leader_changed: bool,
-    /// How many times a new leader became known (for `/metrics`).
-    leader_changes: u64,
-    /// Set when a member was added: a snapshot that includes it is taken at
-    /// once, so the new member can be initialized from it.
-    snapshot_wanted: bool,
     /// Request counts and latencies by operation.
     op_metrics: crate::opmetrics::OpMetrics,
     /// Every recognised lock, and its figures.
     locks: crate::lockstats::LockObserver,
     /// Proposals forwarded to the leader that its link did not take yet.
     forwards: forwards::Forwards,
-    /// While leading: when the oldest unanswered heartbeat went to each
-    /// peer (its response gives `warden_peer_rtt_seconds`).
-    heartbeats_sent: HashMap<u64, Instant>,
-    /// Bytes of entries applied since the last snapshot.
-    applied_bytes: u64,
-    /// What the leader last said every member has in its log (a follower
-    /// compacts its own log no further).
-    leader_floor: u64,
     /// Reconfigs whose last change applied, to answer with the
     /// membership: (connection, request id, index).
     reconfigs_done: Vec<(ConnId, u64, u64)>,
@@ -309,6 +296,8 @@ struct Machine {
     conf_change_due: bool,
     /// ZooKeeper's read-only mode: its state and sessions.
     read_only: read_only::ReadOnlyMode,
+    /// When to snapshot and how far to compact the log.
+    schedule: snapshot_schedule::SnapshotSchedule,
     /// Snapshots streamed here by a leader.
     installs: installs::Installs,
     /// When each peer (member or not yet) was last heard from.
@@ -320,14 +309,8 @@ struct Machine {
 pub struct Core {
     raft: RaftNode,
     m: Machine,
-    /// The index of the latest snapshot taken or being built.
-    last_snapshot_index: u64,
     snapshots: snapshots::Snapshots,
     ticks: u64,
-    /// Size of the last snapshot this server took, in bytes.
-    last_snapshot_bytes: u64,
-    /// Set every tick: the log is compacted after the next Ready loop.
-    compaction_due: bool,
     /// Snapshots are built on this thread as they fall due (see
     /// [`CoreInputs::inline_snapshot_builds`]).
     inline_snapshot_builds: bool,
@@ -406,6 +389,7 @@ impl Core {
         };
         let snap_dir = storage.snap_dir().clone();
         let mut rng = inputs.rng();
+        let snapshot_every = (cfg.snapshot_entries, cfg.snapshot_bytes);
         let mut raft = RaftNode::open(cfg.id, voters, cfg.join, storage, &timing, applied)?;
         // raft-rs draws its election jitter from thread_rng; drawn from the
         // core's rng instead, a simulated cluster replays from its seed.
@@ -449,31 +433,26 @@ impl Core {
                 sessions: Sessions::default(),
                 proposals,
                 leading,
-                role: StateRole::Follower,
-                leader_id: 0,
+                role: role::RoleView::default(),
                 net,
-                peer_status: HashMap::new(),
+                peers: peer_view::PeerView::default(),
                 client_addr: client_addr.to_string(),
-                leader_changed: false,
-                leader_changes: 0,
-                snapshot_wanted: false,
                 op_metrics,
                 locks,
                 forwards: forwards::Forwards::default(),
-                heartbeats_sent: HashMap::new(),
-                applied_bytes: 0,
-                leader_floor: 0,
                 reconfigs_done: Vec::new(),
                 conf_change_due: false,
                 read_only: read_only::ReadOnlyMode::new(started),
+                schedule: snapshot_schedule::SnapshotSchedule::new(
+                    snapshot_every.0,
+                    snapshot_every.1,
+                    applied,
+                ),
                 installs: installs::Installs::new(snap_dir),
                 contacts: quorum::Contacts::default(),
                 join_waits: Vec::new(),
             },
-            last_snapshot_index: applied,
             snapshots: Default::default(),
-            last_snapshot_bytes: 0,
-            compaction_due: false,
             ticks: 0,
             inline_snapshot_builds: inputs.inline_snapshot_builds,
         })
@@ -482,7 +461,7 @@ impl Core {
     /// Whether clients may be served: a leader is known and the log is
     /// replayed.
     pub fn is_ready(&self) -> bool {
-        self.m.leader_id != 0
+        self.m.role.leader() != 0
             && self.m.tree.applied_index() >= self.raft.storage().hard_state().commit
     }
 
@@ -516,7 +495,7 @@ impl Core {
 
     /// The leader this server knows (0: none).
     pub fn leader_id(&self) -> u64 {
-        self.m.leader_id
+        self.m.role.leader()
     }
 
     /// The index the tree has applied up to.
@@ -526,7 +505,7 @@ impl Core {
 
     /// This server's role and term, as raft last said.
     pub fn role_and_term(&self) -> (StateRole, u64) {
-        (self.m.role, self.raft.term())
+        (self.m.role.role(), self.raft.term())
     }
 
     /// The replicated state as applied (the tree, the sessions, the
@@ -543,7 +522,7 @@ impl Core {
         // A received snapshot stepped into raft was installed by now, or
         // ignored.
         self.m.installs.settle();
-        if std::mem::take(&mut self.m.leader_changed) {
+        if self.m.role.take_leader_changed() {
             self.repropose_after_leader_change();
             self.ask_reads_again(true);
             self.ready_loop()?;
@@ -557,31 +536,26 @@ impl Core {
             self.snapshot_built(done?)?;
         }
         let applied = self.m.tree.applied_index();
-        // Counted from the latest snapshot, this server's or a leader's it
-        // installed (a million-znode snapshot is not taken again at once).
-        let latest = self
-            .last_snapshot_index
-            .max(self.raft.storage().snapshot_index());
-        let due = applied >= latest + self.m.cfg.snapshot_entries
-            || self.m.applied_bytes >= self.m.cfg.snapshot_bytes;
-        let member_added = std::mem::take(&mut self.m.snapshot_wanted);
+        let due = self
+            .m
+            .schedule
+            .due(applied, self.raft.storage().snapshot_index());
+        let member_added = self.m.schedule.take_member_added();
         if member_added && applied > self.raft.storage().snapshot_index() {
             let meta = self.raft.storage().snapshot_meta_at(applied)?;
             let dir = self.raft.storage().snap_dir().clone();
             let built = snapshots::Snapshots::build_now(&self.m.tree, meta, &dir)?;
-            self.last_snapshot_index = applied;
-            self.m.applied_bytes = 0;
+            self.m.schedule.started(applied);
             self.snapshot_built(built)?;
         } else if due
-            && applied > self.last_snapshot_index
+            && applied > self.m.schedule.last_index()
             // A leader's snapshot installed here may be as new.
             && applied > self.raft.storage().snapshot_index()
             && !self.snapshots.busy()
         {
             let meta = self.raft.storage().snapshot_meta_at(applied)?;
             let dir = self.raft.storage().snap_dir().clone();
-            self.last_snapshot_index = applied;
-            self.m.applied_bytes = 0;
+            self.m.schedule.started(applied);
             if self.inline_snapshot_builds {
                 let built = snapshots::Snapshots::build_now(&self.m.tree, meta, &dir)?;
                 self.snapshot_built(built)?;
@@ -599,7 +573,7 @@ impl Core {
             // snapshot (the log does not go back to the group's
             // bootstrap): nothing before it stays to be sent instead.
             self.raft.compact_log(applied, 0)?;
-        } else if std::mem::take(&mut self.compaction_due) {
+        } else if self.m.schedule.take_compaction_due() {
             self.compact_log()?;
         }
         Ok(())
@@ -636,9 +610,8 @@ impl Core {
     fn snapshot_built(&mut self, built: snapshots::Built) -> Result<(), CoreError> {
         let index = built.meta.index;
         if self.raft.snapshot_written(built.meta.clone())? {
-            self.last_snapshot_bytes = built.bytes;
+            self.m.schedule.recorded(built.bytes);
             snapshots::log_taken(&built);
-            self.compaction_due = true;
         } else {
             debug!(index, "snapshot superseded by a newer one; dropped");
         }
@@ -651,7 +624,10 @@ impl Core {
     /// `--max-log-bytes`. A follower that is merely slow so catches up from
     /// the log; only one too far behind is sent a snapshot.
     fn compact_log(&mut self) -> Result<(), CoreError> {
-        let floor = self.raft.matched_by_all().unwrap_or(self.m.leader_floor);
+        let floor = self
+            .raft
+            .matched_by_all()
+            .unwrap_or(self.m.schedule.leader_floor());
         if let Some(first) = self.raft.compact_log(floor, self.m.cfg.max_log_bytes)? {
             debug!(
                 first,
@@ -678,7 +654,7 @@ impl Core {
         self.ticks += 1;
         self.m.forwards.flush(self.m.net.as_ref());
         self.m.clients.retry_paused(&self.m.tree);
-        self.compaction_due = true;
+        self.m.schedule.tick();
         let now = self.m.clock.now();
         self.expire_waiters(now);
         self.m.read_only_tick(now);
@@ -689,7 +665,7 @@ impl Core {
         if self.ticks == 1 || self.ticks.is_multiple_of(STATUS_TICKS) {
             self.broadcast_status();
         }
-        if self.m.role != StateRole::Leader {
+        if !self.m.role.is_leader() {
             self.report_touches();
             return;
         }
@@ -726,7 +702,7 @@ impl Core {
     /// A follower forwards the sessions it heard from to the leader, which
     /// alone tracks deadlines.
     fn report_touches(&mut self) {
-        if self.m.leader_id == 0 {
+        if self.m.role.leader() == 0 {
             return;
         }
         let session_ids = self.m.sessions.take_touched();
@@ -737,7 +713,7 @@ impl Core {
             from: self.m.node_id,
             kind: Some(peer_frame::Kind::Touch(proto::SessionTouch { session_ids })),
         };
-        self.m.net.send(self.m.leader_id, frame);
+        self.m.net.send(self.m.role.leader(), frame);
     }
 
     /// Proposes again the membership changes raft has not applied, and
@@ -805,7 +781,7 @@ impl Core {
         if !again.is_empty() {
             info!(
                 count = again.len(),
-                leader = self.m.leader_id,
+                leader = self.m.role.leader(),
                 "re-proposing after a leader change"
             );
         }

@@ -51,7 +51,7 @@ impl Core {
     /// once (one candidate, no split vote); the others wait for it, or for
     /// their own election timeout if it cannot win.
     fn on_link_closed(&mut self, from: u64) {
-        if from == 0 || from != self.m.leader_id || self.m.role == StateRole::Leader {
+        if from == 0 || from != self.m.role.leader() || self.m.role.is_leader() {
             return;
         }
         let conf = self.raft.conf_state();
@@ -101,12 +101,12 @@ impl Core {
                     }
                     Ok(mut msg) => {
                         if msg.get_msg_type() == raft::eraftpb::MessageType::MsgHeartbeatResponse {
-                            if let Some(sent) = self.m.heartbeats_sent.remove(&from) {
-                                let rtt = self.m.clock.now().saturating_duration_since(sent);
+                            let now = self.m.clock.now();
+                            if let Some(rtt) = self.m.peers.heartbeat_answered(from, now) {
                                 self.m.op_metrics.peer_rtt(from, rtt);
                             }
                         }
-                        if self.m.role == StateRole::Leader
+                        if self.m.role.is_leader()
                             && msg.get_msg_type() == raft::eraftpb::MessageType::MsgPropose
                         {
                             proposals::restamp(msg.mut_entries(), self.m.clock.wall_ms());
@@ -126,22 +126,14 @@ impl Core {
                     .touched_elsewhere(t.session_ids, self.m.clock.now());
             }
             Some(peer_frame::Kind::Status(st)) => {
-                if from == self.m.leader_id {
-                    self.m.leader_floor = st.log_floor;
+                if from == self.m.role.leader() {
+                    self.m.schedule.set_leader_floor(st.log_floor);
                 }
                 // `/zookeeper/config` lists each member's ZooKeeper port,
                 // learned from here: a new one changes that node, and its
                 // watchers (Curator's EnsembleTracker) must hear of it.
-                let zk_addr_learned = !st.zk_addr.is_empty()
-                    && self
-                        .m
-                        .peer_status
-                        .get(&frame.from)
-                        .is_none_or(|(known, _)| known.zk_addr != st.zk_addr);
-                self.m
-                    .peer_status
-                    .insert(frame.from, (st, self.m.clock.now()));
-                if zk_addr_learned {
+                let now = self.m.clock.now();
+                if self.m.peers.status_came(frame.from, st, now) {
                     let zxid = self.m.tree.applied_index();
                     self.m.clients.config_changed(zxid);
                 }

@@ -21,7 +21,6 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use raft::StateRole;
 use tracing::{debug, info};
 use warden_protocol::pb::{self, ErrorCode};
 
@@ -72,15 +71,11 @@ impl ReadOnlyMode {
 }
 
 /// Whether a server in `role` that knows `leader_id` serves read-write.
-fn has_leader(role: StateRole, leader_id: u64) -> bool {
-    leader_id != 0 && !matches!(role, StateRole::Candidate | StateRole::PreCandidate)
-}
-
 impl Machine {
     /// The role or the leader changed: a known leader ends the mode at
     /// once; losing it starts the grace period.
     pub(super) fn read_only_role_changed(&mut self, now: Instant) {
-        if has_leader(self.role, self.leader_id) {
+        if self.role.has_leader() {
             self.read_only.leaderless_since = None;
             if self.read_only.active {
                 self.read_only.active = false;
@@ -90,7 +85,7 @@ impl Machine {
                     "a leader is back: reconnect for a read-write session",
                 );
                 info!(
-                    leader = self.leader_id,
+                    leader = self.role.leader(),
                     closed, "a leader is back: read-only mode ends, its connections are closed"
                 );
             }

@@ -408,14 +408,14 @@ impl Core {
     /// while no leader is known: raft would drop them, and the leader
     /// change that ends that asks them all.
     pub(super) fn ask_reads_again(&mut self, all: bool) {
-        if self.m.leader_id == 0 {
+        if self.m.role.leader() == 0 {
             return;
         }
         let due = self.m.clients.read_index_asks_due(self.m.clock.now(), all);
         if !due.is_empty() {
             debug!(
                 count = due.len(),
-                leader = self.m.leader_id,
+                leader = self.m.role.leader(),
                 after_leader_change = all,
                 "linearizable reads' ReadIndex asked again"
             );

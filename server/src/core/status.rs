@@ -25,13 +25,13 @@ impl Core {
     pub(super) fn own_status(&self) -> proto::NodeStatus {
         proto::NodeStatus {
             id: self.m.node_id,
-            role: role_name(self.m.role).to_string(),
+            role: role_name(self.m.role.role()).to_string(),
             term: self.raft.term(),
             commit_index: self.raft.storage().hard_state().commit,
             applied_index: self.m.tree.applied_index(),
             client_addr: self.m.client_addr.clone(),
             peer_addr: self.m.cfg.peer_listen.to_string(),
-            leader_id: self.m.leader_id,
+            leader_id: self.m.role.leader(),
             log_floor: self.raft.matched_by_all().unwrap_or(0),
             zk_addr: self
                 .m
@@ -71,10 +71,10 @@ impl Core {
             sessions: self.m.tree.sessions().count(),
             read_only: self.m.read_only.active(),
             read_only_sessions: self.m.read_only.sessions(),
-            leader_changes: self.m.leader_changes,
+            leader_changes: self.m.role.leader_changes(),
             proposals: self.m.proposals.proposed(),
             io: self.raft.io_counters(),
-            last_snapshot_bytes: self.last_snapshot_bytes,
+            last_snapshot_bytes: self.m.schedule.last_bytes(),
             zk_port: self.m.cfg.zk_listen.map(|a| a.port()).unwrap_or(0),
             zk_tls: self.m.cfg.tls.is_some(),
             data_dir: self.m.cfg.data_dir.clone(),
@@ -120,7 +120,7 @@ impl Core {
                     };
                 }
                 let addr = self.m.net.addr_of(id).unwrap_or_default().to_string();
-                match self.m.peer_status.get(&id) {
+                match self.m.peers.status(id) {
                     Some((st, at)) => pb::MemberStatus {
                         id,
                         addr,
@@ -147,7 +147,7 @@ impl Core {
             .collect();
         pb::ClusterStatusResponse {
             server_id: self.m.node_id,
-            leader_id: self.m.leader_id,
+            leader_id: self.m.role.leader(),
             members,
         }
     }

@@ -188,10 +188,18 @@ fn a_tail_flip_lands_in_the_last_bytes_of_a_whole_file_read_only() {
         assert_eq!(read[at[0]].count_ones(), 1, "one bit");
     }
     let mut buf = [0u8; 1000];
-    files.open_read(&path).unwrap().read_exact_at(&mut buf, 0).unwrap();
+    files
+        .open_read(&path)
+        .unwrap()
+        .read_exact_at(&mut buf, 0)
+        .unwrap();
     assert_eq!(buf, [0u8; 1000], "reads at an offset are not tail reads");
     files.set_faults(Faults::default());
-    assert_eq!(files.read(&path).unwrap(), [0u8; 1000], "the disk kept its bytes");
+    assert_eq!(
+        files.read(&path).unwrap(),
+        [0u8; 1000],
+        "the disk kept its bytes"
+    );
 }
 
 #[test]
